@@ -1,0 +1,281 @@
+// Package cache owns the two-key read-through cache of listings. A listing
+// is cached under "realty:id:<id>" and "realty:listing:<firmId>-<no>"; a miss
+// on either form loads it once from the store (singleflight, then a second
+// look at the cache inside the flight, as groupcache's load does) and writes
+// both keys. Values hold the response bytes, so a hit does no encoding.
+//
+// The shared tier is Redis when configured, else an in-process LRU. Redis
+// failures are misses: reads then go to the store, each Redis operation
+// bounded by its own timeout.
+//
+// Concurrency: a *Cache is safe for concurrent use.
+package cache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// Source is where listings come from on a miss.
+type Source interface {
+	ListingByID(ctx context.Context, id int64) (upstream.Listing, error)
+	ListingByNumber(ctx context.Context, firmID, no int64) (upstream.Listing, error)
+}
+
+// Key names a listing by id (ID > 0) or by listing number.
+type Key struct {
+	ID     int64
+	FirmID int64
+	No     int64
+}
+
+// ByID is the key of a listing's id form.
+func ByID(id int64) Key { return Key{ID: id} }
+
+// ByNumber is the key of a listing's "<firmId>-<no>" form.
+func ByNumber(firmID, no int64) Key { return Key{FirmID: firmID, No: no} }
+
+func (k Key) name(prefix string) string {
+	if k.ID > 0 {
+		return prefix + "realty:id:" + strconv.FormatInt(k.ID, 10)
+	}
+	return prefix + "realty:listing:" + upstream.ListingNumber(k.FirmID, k.No)
+}
+
+// State says which path answered.
+type State uint8
+
+const (
+	Hit State = iota
+	Miss
+	Stale
+)
+
+func (s State) String() string {
+	switch s {
+	case Hit:
+		return "HIT"
+	case Stale:
+		return "STALE"
+	default:
+		return "MISS"
+	}
+}
+
+// Entry is a listing ready to send. Its slices must not be modified.
+type Entry struct {
+	Body   []byte
+	ETag   []byte
+	FirmID int64
+	Active bool
+	State  State
+}
+
+// Config holds the lifetimes and bounds of the cache.
+type Config struct {
+	// Fresh is how long a cached listing is served without the store.
+	Fresh time.Duration
+	// Stale is how long past Fresh it may still be served while the store
+	// is failing.
+	Stale time.Duration
+	// Negative is how long "no such listing" is cached.
+	Negative time.Duration
+	// LoadTimeout bounds one shared miss: second look, store call, writes.
+	LoadTimeout time.Duration
+	// Prefix is put before every key; empty in production.
+	Prefix string
+}
+
+// Stats are counters for operators and tests.
+type Stats struct {
+	Hits       uint64 `json:"hits"`
+	Misses     uint64 `json:"misses"`
+	Stale      uint64 `json:"stale"`
+	StoreLoads uint64 `json:"storeLoads"`
+	TierErrors uint64 `json:"tierErrors"`
+	Corrupt    uint64 `json:"corrupt"`
+}
+
+// Cache is the read-through listing cache.
+type Cache struct {
+	src   Source
+	tier  tier
+	cfg   Config
+	log   *slog.Logger
+	group singleflight.Group
+	now   func() time.Time
+
+	hits, misses, stale, loads, tierErrors, corrupt atomic.Uint64
+	tierDown                                        atomic.Bool
+}
+
+func newCache(src Source, t tier, cfg Config, log *slog.Logger) *Cache {
+	return &Cache{src: src, tier: t, cfg: cfg, log: log, now: time.Now}
+}
+
+// Stats returns the counters so far.
+func (c *Cache) Stats() Stats {
+	return Stats{
+		Hits: c.hits.Load(), Misses: c.misses.Load(), Stale: c.stale.Load(),
+		StoreLoads: c.loads.Load(), TierErrors: c.tierErrors.Load(), Corrupt: c.corrupt.Load(),
+	}
+}
+
+// Get returns the listing under k. It returns upstream.ErrNotFound for a
+// listing that does not exist and upstream.ErrUnavailable when the store
+// fails and nothing usable is cached. It returns early with ctx's error
+// when ctx ends, while the shared load goes on for the other callers.
+func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
+	name := k.name(c.cfg.Prefix)
+	if r, ok := c.lookup(ctx, name); ok && c.fresh(r) {
+		if r.kind == kindAbsent {
+			return Entry{}, fmt.Errorf("listing %s: %w", name, upstream.ErrNotFound)
+		}
+		c.hits.Add(1)
+		return r.entry(Hit), nil
+	}
+
+	ch := c.group.DoChan(name, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LoadTimeout)
+		defer cancel()
+		return c.load(ctx, k, name)
+	})
+	select {
+	case <-ctx.Done():
+		return Entry{}, ctx.Err()
+	case res := <-ch:
+		if res.Err != nil {
+			return Entry{}, res.Err
+		}
+		e := res.Val.(Entry)
+		switch e.State {
+		case Hit:
+			c.hits.Add(1)
+		case Stale:
+			c.stale.Add(1)
+		default:
+			c.misses.Add(1)
+		}
+		return e, nil
+	}
+}
+
+// load runs once per key at a time.
+func (c *Cache) load(ctx context.Context, k Key, name string) (Entry, error) {
+	prev, cached := c.lookup(ctx, name)
+	if cached && c.fresh(prev) {
+		if prev.kind == kindAbsent {
+			return Entry{}, fmt.Errorf("listing %s: %w", name, upstream.ErrNotFound)
+		}
+		return prev.entry(Hit), nil
+	}
+
+	c.loads.Add(1)
+	var l upstream.Listing
+	var err error
+	if k.ID > 0 {
+		l, err = c.src.ListingByID(ctx, k.ID)
+	} else {
+		l, err = c.src.ListingByNumber(ctx, k.FirmID, k.No)
+	}
+	switch {
+	case errors.Is(err, upstream.ErrNotFound):
+		c.remember(ctx, name, record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}, c.cfg.Negative)
+		return Entry{}, err
+	case err != nil:
+		if cached && prev.kind != kindAbsent {
+			c.log.Warn("serving stale listing", "key", name, "err", err)
+			return prev.entry(Stale), nil
+		}
+		return Entry{}, err
+	}
+
+	r, err := c.recordOf(l)
+	if err != nil {
+		return Entry{}, err
+	}
+	ttl := c.cfg.Fresh + c.cfg.Stale
+	c.remember(ctx, ByID(l.ID).name(c.cfg.Prefix), r, ttl)
+	c.remember(ctx, ByNumber(l.FirmID, l.No).name(c.cfg.Prefix), r, ttl)
+	return r.entry(Miss), nil
+}
+
+func (c *Cache) recordOf(l upstream.Listing) (record, error) {
+	body, err := json.Marshal(l)
+	if err != nil {
+		return record{}, fmt.Errorf("encode listing %d: %w", l.ID, err)
+	}
+	k := kindPassive
+	if l.IsActive {
+		k = kindActive
+	}
+	return record{
+		revision:   l.Revision,
+		freshUntil: c.until(c.cfg.Fresh),
+		firmID:     l.FirmID,
+		kind:       k,
+		etag:       etagOf(body),
+		body:       body,
+	}, nil
+}
+
+func (c *Cache) until(d time.Duration) int64 {
+	return c.now().Add(d).UnixMilli()
+}
+
+func (c *Cache) fresh(r record) bool {
+	return c.now().UnixMilli() < r.freshUntil
+}
+
+func (r record) entry(s State) Entry {
+	return Entry{Body: r.body, ETag: r.etag, FirmID: r.firmID, Active: r.kind == kindActive, State: s}
+}
+
+// lookup reads a key from the tier. Errors and corrupt values are misses.
+func (c *Cache) lookup(ctx context.Context, name string) (record, bool) {
+	b, err := c.tier.get(ctx, name)
+	c.observe(err)
+	if err != nil || b == nil {
+		return record{}, false
+	}
+	r, err := decodeRecord(b)
+	if err != nil {
+		c.corrupt.Add(1)
+		c.log.Warn("cache value unreadable, treated as miss", "key", name, "err", err)
+		return record{}, false
+	}
+	return r, true
+}
+
+// remember writes a record; a failed write only costs a later miss.
+func (c *Cache) remember(ctx context.Context, name string, r record, ttl time.Duration) {
+	if ttl <= 0 {
+		return
+	}
+	c.observe(c.tier.set(ctx, name, r, ttl))
+}
+
+// observe counts tier errors and logs only the transitions between a
+// working and a failing tier, so an outage does not flood the log.
+func (c *Cache) observe(err error) {
+	if err == nil {
+		if c.tierDown.CompareAndSwap(true, false) {
+			c.log.Info("cache tier recovered")
+		}
+		return
+	}
+	c.tierErrors.Add(1)
+	if c.tierDown.CompareAndSwap(false, true) {
+		c.log.Warn("cache tier failing, reading through to the store", "err", err)
+	}
+}

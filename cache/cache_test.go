@@ -1,0 +1,385 @@
+package cache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/realty-gateway/gateway/internal/testenv"
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// source is a store stand-in that counts calls and can block or fail.
+type source struct {
+	mu       sync.Mutex
+	listings map[int64]upstream.Listing
+	err      error
+	gate     chan struct{} // when set, calls wait for it to close
+	calls    atomic.Int64
+}
+
+func newSource(ls ...upstream.Listing) *source {
+	s := &source{listings: map[int64]upstream.Listing{}}
+	for _, l := range ls {
+		l.Normalize()
+		s.listings[l.ID] = l
+	}
+	return s
+}
+
+func (s *source) find(ctx context.Context, match func(upstream.Listing) bool) (upstream.Listing, error) {
+	s.calls.Add(1)
+	s.mu.Lock()
+	gate, err := s.gate, s.err
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return upstream.Listing{}, ctx.Err()
+		}
+	}
+	if err != nil {
+		return upstream.Listing{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.listings {
+		if match(l) {
+			return l, nil
+		}
+	}
+	return upstream.Listing{}, upstream.ErrNotFound
+}
+
+func (s *source) ListingByID(ctx context.Context, id int64) (upstream.Listing, error) {
+	return s.find(ctx, func(l upstream.Listing) bool { return l.ID == id })
+}
+
+func (s *source) ListingByNumber(ctx context.Context, firmID, no int64) (upstream.Listing, error) {
+	return s.find(ctx, func(l upstream.Listing) bool { return l.FirmID == firmID && l.No == no })
+}
+
+func (s *source) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
+}
+
+var _ Source = (*source)(nil)
+
+func listing(id, firm, no int64, active bool) upstream.Listing {
+	return upstream.Listing{ID: id, FirmID: firm, FirmUserID: 1, No: no, Title: "t", IsActive: active, Revision: 1}
+}
+
+func testConfig(prefix string) Config {
+	return Config{Fresh: time.Minute, Stale: time.Hour, Negative: 30 * time.Second, LoadTimeout: 2 * time.Second, Prefix: prefix}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// redisFor returns a client and a key prefix of the test's own, removing
+// its keys when the test ends.
+func redisFor(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisOrStandIn(t), ContextTimeoutEnabled: true})
+	prefix := testenv.RandomName("t") + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		keys, _ := rdb.Keys(ctx, prefix+"*").Result()
+		if len(keys) > 0 {
+			rdb.Del(ctx, keys...)
+		}
+		rdb.Close()
+	})
+	return rdb, prefix
+}
+
+func newRedisCache(t *testing.T, src Source) (*Cache, *redis.Client, string) {
+	rdb, prefix := redisFor(t)
+	return NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog()), rdb, prefix
+}
+
+func TestMissWritesBothKeysAndLaterReadsSkipTheStore(t *testing.T) {
+	src := newSource(listing(42, 7, 3, true))
+	c, rdb, prefix := newRedisCache(t, src)
+	ctx := context.Background()
+
+	e, err := c.Get(ctx, ByID(42))
+	if err != nil || e.State != Miss {
+		t.Fatalf("first read: state %v, err %v; want MISS", e.State, err)
+	}
+	for _, key := range []string{prefix + "realty:id:42", prefix + "realty:listing:7-3"} {
+		ttl, err := rdb.PTTL(ctx, key).Result()
+		if err != nil || ttl <= time.Hour || ttl > time.Hour+time.Minute {
+			t.Errorf("key %s: ttl %v, err %v; want fresh+stale", key, ttl, err)
+		}
+	}
+	for _, k := range []Key{ByID(42), ByNumber(7, 3)} {
+		e, err := c.Get(ctx, k)
+		if err != nil || e.State != Hit {
+			t.Fatalf("read %+v: state %v, err %v; want HIT", k, e.State, err)
+		}
+		var got upstream.Listing
+		if err := json.Unmarshal(e.Body, &got); err != nil || got.ID != 42 || got.ListingID != "7-3" {
+			t.Fatalf("body %s: %v", e.Body, err)
+		}
+	}
+	if n := src.calls.Load(); n != 1 {
+		t.Fatalf("store calls = %d, want 1", n)
+	}
+}
+
+func TestConcurrentMissesMakeOneStoreCall(t *testing.T) {
+	for _, tt := range cacheKinds(t) {
+		t.Run(tt.name, func(t *testing.T) {
+			src := newSource(listing(5, 1, 1, true))
+			src.gate = make(chan struct{})
+			c := tt.give(src)
+
+			var wg sync.WaitGroup
+			errs := make(chan error, 100)
+			for range 100 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := c.Get(context.Background(), ByID(5))
+					errs <- err
+				}()
+			}
+			waitFor(t, func() bool { return src.calls.Load() == 1 })
+			close(src.gate)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := src.calls.Load(); n != 1 {
+				t.Fatalf("store calls = %d, want 1", n)
+			}
+		})
+	}
+}
+
+func TestWaiterHonoursItsOwnContext(t *testing.T) {
+	src := newSource(listing(5, 1, 1, true))
+	src.gate = make(chan struct{})
+	c, _, _ := newRedisCache(t, src)
+
+	leader := make(chan error, 1)
+	go func() {
+		_, err := c.Get(context.Background(), ByID(5))
+		leader <- err
+	}()
+	waitFor(t, func() bool { return src.calls.Load() == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := c.Get(ctx, ByID(5)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiter err = %v, want its own deadline", err)
+	}
+	close(src.gate)
+	if err := <-leader; err != nil {
+		t.Fatalf("leader err = %v; the waiter's deadline must not end the shared load", err)
+	}
+}
+
+func TestLeaderCancellationDoesNotFailWaiters(t *testing.T) {
+	src := newSource(listing(5, 1, 1, true))
+	src.gate = make(chan struct{})
+	c, _, _ := newRedisCache(t, src)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _, _ = c.Get(ctx, ByID(5)) }()
+	waitFor(t, func() bool { return src.calls.Load() == 1 })
+	waiter := make(chan error, 1)
+	go func() {
+		_, err := c.Get(context.Background(), ByID(5))
+		waiter <- err
+	}()
+	cancel()
+	close(src.gate)
+	if err := <-waiter; err != nil {
+		t.Fatalf("waiter err = %v after the leader went away", err)
+	}
+}
+
+func TestAbsentListingIsCachedBriefly(t *testing.T) {
+	src := newSource()
+	c, rdb, prefix := newRedisCache(t, src)
+	ctx := context.Background()
+	for range 3 {
+		if _, err := c.Get(ctx, ByID(99)); !errors.Is(err, upstream.ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
+		}
+	}
+	if n := src.calls.Load(); n != 1 {
+		t.Fatalf("store calls = %d, want 1", n)
+	}
+	ttl, err := rdb.PTTL(ctx, prefix+"realty:id:99").Result()
+	if err != nil || ttl <= 0 || ttl > 30*time.Second {
+		t.Fatalf("absent entry ttl %v, err %v; want within the negative TTL", ttl, err)
+	}
+}
+
+func TestStaleServedWhileStoreFails(t *testing.T) {
+	tests := []struct {
+		name      string
+		give      time.Duration // time after the fill
+		wantState State
+		wantErr   error
+	}{
+		{name: "fresh", give: 30 * time.Second, wantState: Hit},
+		{name: "stale window", give: 10 * time.Minute, wantState: Stale},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := newSource(listing(8, 2, 4, true))
+			c, _, _ := newRedisCache(t, src)
+			ctx := context.Background()
+			if _, err := c.Get(ctx, ByID(8)); err != nil {
+				t.Fatal(err)
+			}
+			src.fail(upstream.ErrUnavailable)
+			start := time.Now()
+			c.now = func() time.Time { return start.Add(tt.give) }
+			e, err := c.Get(ctx, ByNumber(2, 4))
+			if err != nil || e.State != tt.wantState {
+				t.Fatalf("state %v, err %v; want %v", e.State, err, tt.wantState)
+			}
+		})
+	}
+}
+
+func TestUnavailableWhenNothingCached(t *testing.T) {
+	src := newSource(listing(8, 2, 4, true))
+	src.fail(upstream.ErrUnavailable)
+	c, _, _ := newRedisCache(t, src)
+	if _, err := c.Get(context.Background(), ByID(8)); !errors.Is(err, upstream.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestCorruptValueIsAMiss(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+	}{
+		{name: "garbage", give: "\x00\x01garbage"},
+		{name: "foreign json", give: `{"id":8}`},
+		{name: "wrong version", give: "v9 1 1 1 a \"x\"\n{}"},
+		{name: "bad kind", give: "v1 1 99999999999999 1 z \"x\"\n{}"},
+		{name: "body not json object", give: "v1 1 99999999999999 1 a \"x\"\nnot-json"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := newSource(listing(8, 2, 4, true))
+			c, rdb, prefix := newRedisCache(t, src)
+			ctx := context.Background()
+			rdb.Set(ctx, prefix+"realty:id:8", tt.give, time.Minute)
+			e, err := c.Get(ctx, ByID(8))
+			if err != nil || e.State != Miss {
+				t.Fatalf("state %v, err %v; want MISS", e.State, err)
+			}
+			if got := c.Stats().Corrupt; got == 0 {
+				t.Fatal("corrupt value not counted")
+			}
+		})
+	}
+}
+
+func TestGuardKeepsNewerRevision(t *testing.T) {
+	for _, tt := range cacheKinds(t) {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.give(newSource())
+			ctx := context.Background()
+			newer := record{revision: 5, freshUntil: time.Now().Add(time.Hour).UnixMilli(), firmID: 1, kind: kindActive, etag: []byte(`"n"`), body: []byte(`{"v":5}`)}
+			older := newer
+			older.revision, older.body = 4, []byte(`{"v":4}`)
+			c.remember(ctx, "k", newer, time.Hour)
+			c.remember(ctx, "k", older, time.Hour)
+			r, ok := c.lookup(ctx, "k")
+			if !ok || r.revision != 5 || string(r.body) != `{"v":5}` {
+				t.Fatalf("got revision %d body %s; an older fill overwrote a newer value", r.revision, r.body)
+			}
+		})
+	}
+}
+
+func TestRedisDownReadsThroughToTheStore(t *testing.T) {
+	// Nothing listens on port 1: every Redis operation fails at once.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	src := newSource(listing(3, 1, 1, true))
+	c := NewRedis(src, rdb, 50*time.Millisecond, testConfig(""), quietLog())
+	for range 2 {
+		e, err := c.Get(context.Background(), ByID(3))
+		if err != nil || e.State != Miss {
+			t.Fatalf("state %v, err %v; want MISS from the store", e.State, err)
+		}
+	}
+	if c.Stats().TierErrors == 0 {
+		t.Fatal("Redis errors were not counted")
+	}
+}
+
+func TestLocalCacheDoesNotCacheAbsence(t *testing.T) {
+	src := newSource()
+	c := NewLocal(src, 100, testConfig(""), quietLog())
+	for range 2 {
+		if _, err := c.Get(context.Background(), ByID(1)); !errors.Is(err, upstream.ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	if n := src.calls.Load(); n != 2 {
+		t.Fatalf("store calls = %d, want 2: the local tier must not hide later imports", n)
+	}
+}
+
+func TestInvalidateRemovesBothKeys(t *testing.T) {
+	src := newSource(listing(42, 7, 3, true))
+	c, rdb, prefix := newRedisCache(t, src)
+	ctx := context.Background()
+	if _, err := c.Get(ctx, ByID(42)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Invalidate(ctx, listing(42, 7, 3, true)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Exists(ctx, prefix+"realty:id:42", prefix+"realty:listing:7-3").Result(); n != 0 {
+		t.Fatalf("%d keys remain after Invalidate", n)
+	}
+}
+
+type cacheKind struct {
+	name string
+	give func(Source) *Cache
+}
+
+func cacheKinds(t *testing.T) []cacheKind {
+	return []cacheKind{
+		{name: "redis", give: func(s Source) *Cache { c, _, _ := newRedisCache(t, s); return c }},
+		{name: "local", give: func(s Source) *Cache { return NewLocal(s, 100, testConfig(""), quietLog()) }},
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,98 @@
+package cache
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"strconv"
+)
+
+// A record is the value stored under a cache key: a one-line text header
+// and then the response body, so a hit needs no JSON encoding.
+//
+//	v1 <revision> <freshUntilUnixMs> <firmId> <a|p|x> <etag>\n<body>
+//
+// a is an active listing, p a passive one and x a cached "absent". The
+// revision comes first so that the Lua guard can read it with one match.
+const recordVersion = "v1"
+
+type kind byte
+
+const (
+	kindActive  kind = 'a'
+	kindPassive kind = 'p'
+	kindAbsent  kind = 'x'
+)
+
+type record struct {
+	revision   int64
+	freshUntil int64 // unix milliseconds
+	firmID     int64
+	kind       kind
+	etag       []byte
+	body       []byte
+}
+
+var errCorrupt = errors.New("corrupt cache record")
+
+// etagOf returns a strong entity tag derived from the body bytes.
+func etagOf(body []byte) []byte {
+	sum := sha256.Sum256(body)
+	tag := make([]byte, 0, 2+base64.RawURLEncoding.EncodedLen(16))
+	tag = append(tag, '"')
+	tag = base64.RawURLEncoding.AppendEncode(tag, sum[:16])
+	return append(tag, '"')
+}
+
+func (r record) encode() []byte {
+	b := make([]byte, 0, 64+len(r.etag)+len(r.body))
+	b = append(b, recordVersion...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, r.revision, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, r.freshUntil, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, r.firmID, 10)
+	b = append(b, ' ', byte(r.kind), ' ')
+	b = append(b, r.etag...)
+	b = append(b, '\n')
+	return append(b, r.body...)
+}
+
+// decodeRecord parses a stored value. The returned record's slices point
+// into b.
+func decodeRecord(b []byte) (record, error) {
+	head, body, ok := bytes.Cut(b, []byte{'\n'})
+	if !ok {
+		return record{}, errCorrupt
+	}
+	fields := bytes.Fields(head)
+	if len(fields) != 6 || string(fields[0]) != recordVersion || len(fields[4]) != 1 {
+		return record{}, errCorrupt
+	}
+	var r record
+	var err error
+	if r.revision, err = strconv.ParseInt(string(fields[1]), 10, 64); err != nil {
+		return record{}, errCorrupt
+	}
+	if r.freshUntil, err = strconv.ParseInt(string(fields[2]), 10, 64); err != nil {
+		return record{}, errCorrupt
+	}
+	if r.firmID, err = strconv.ParseInt(string(fields[3]), 10, 64); err != nil {
+		return record{}, errCorrupt
+	}
+	r.kind = kind(fields[4][0])
+	r.etag = fields[5]
+	r.body = body
+	switch r.kind {
+	case kindActive, kindPassive:
+		if len(body) == 0 || body[0] != '{' {
+			return record{}, errCorrupt
+		}
+	case kindAbsent:
+	default:
+		return record{}, errCorrupt
+	}
+	return r, nil
+}

@@ -1,0 +1,116 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// tier is where records are kept. get returns nil, nil on a miss. set
+// writes unless the key already holds a newer revision. del removes a key.
+type tier interface {
+	get(ctx context.Context, name string) ([]byte, error)
+	set(ctx context.Context, name string, r record, ttl time.Duration) error
+	del(ctx context.Context, name string) error
+}
+
+// guardedSet writes ARGV[1] with a PX of ARGV[3] unless the key holds a
+// record whose revision is greater than ARGV[2]. One key per call, so the
+// two keys of a listing may live in different Redis Cluster slots.
+var guardedSet = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local rev = tonumber(string.match(cur, '^v1 (%d+) '))
+  if rev and rev > tonumber(ARGV[2]) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+return 1
+`)
+
+type redisTier struct {
+	rdb     redis.UniversalClient
+	timeout time.Duration
+}
+
+// NewRedis returns a cache whose shared tier is Redis. Each Redis
+// operation is bounded by opTimeout.
+func NewRedis(src Source, rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, log *slog.Logger) *Cache {
+	return newCache(src, &redisTier{rdb: rdb, timeout: opTimeout}, cfg, log)
+}
+
+func (t *redisTier) get(ctx context.Context, name string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	b, err := t.rdb.Get(ctx, name).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return b, err
+}
+
+func (t *redisTier) set(ctx context.Context, name string, r record, ttl time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	return guardedSet.Run(ctx, t.rdb, []string{name}, r.encode(), r.revision, ttl.Milliseconds()).Err()
+}
+
+func (t *redisTier) del(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	return t.rdb.Del(ctx, name).Err()
+}
+
+// localTier is an in-process LRU for a gateway without Redis.
+type localTier struct {
+	mu  sync.Mutex // makes the revision check and the write one step
+	lru *expirable.LRU[string, []byte]
+}
+
+// NewLocal returns a cache kept in this process, holding at most size keys.
+// It does not cache absence: another process (an import) cannot clear this
+// process's memory, and a cached "absent" would hide its new listings.
+func NewLocal(src Source, size int, cfg Config, log *slog.Logger) *Cache {
+	cfg.Negative = 0
+	t := &localTier{lru: expirable.NewLRU[string, []byte](size, nil, cfg.Fresh+cfg.Stale)}
+	return newCache(src, t, cfg, log)
+}
+
+func (t *localTier) get(_ context.Context, name string) ([]byte, error) {
+	b, _ := t.lru.Get(name)
+	return b, nil
+}
+
+func (t *localTier) set(_ context.Context, name string, r record, _ time.Duration) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur, ok := t.lru.Peek(name); ok {
+		if old, err := decodeRecord(cur); err == nil && old.revision > r.revision {
+			return nil
+		}
+	}
+	t.lru.Add(name, r.encode())
+	return nil
+}
+
+func (t *localTier) del(_ context.Context, name string) error {
+	t.lru.Remove(name)
+	return nil
+}
+
+// Invalidate removes both keys of a listing, so the next read of either
+// form loads it from the store.
+func (c *Cache) Invalidate(ctx context.Context, l upstream.Listing) error {
+	return errors.Join(
+		c.tier.del(ctx, ByID(l.ID).name(c.cfg.Prefix)),
+		c.tier.del(ctx, ByNumber(l.FirmID, l.No).name(c.cfg.Prefix)),
+	)
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/realty-gateway/gateway/gateway"
+)
+
+const defaultConfigFile = "configs/gateway.yaml"
+
+// secret is a configuration value that is never logged.
+type secret string
+
+func (s secret) LogValue() slog.Value {
+	if s == "" {
+		return slog.StringValue("")
+	}
+	return slog.StringValue("***")
+}
+
+// dsn is a connection URL; its password is never logged.
+type dsn string
+
+func (d dsn) LogValue() slog.Value {
+	u, err := url.Parse(string(d))
+	if err != nil {
+		return slog.StringValue("***")
+	}
+	return slog.StringValue(u.Redacted())
+}
+
+// LogValue lists every setting, with secrets masked.
+func (c config) LogValue() slog.Value {
+	v := reflect.ValueOf(c)
+	attrs := make([]slog.Attr, 0, v.NumField())
+	for i := range v.NumField() {
+		name, value := v.Type().Field(i).Tag.Get("yaml"), v.Field(i).Interface()
+		if d, ok := value.(time.Duration); ok {
+			value = d.String()
+		}
+		attrs = append(attrs, slog.Any(name, value))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// config is the whole configuration: configs/gateway.yaml (or the file
+// GATEWAY_CONFIG names), then GATEWAY_* environment variables over it.
+// It is parsed once in main and passed down as values.
+type config struct {
+	Addr        string `yaml:"addr" env:"ADDR"`
+	AdminAddr   string `yaml:"adminAddr" env:"ADMIN_ADDR"`
+	DataDir     string `yaml:"dataDir" env:"DATA_DIR"`
+	StoreURL    dsn    `yaml:"storeURL" env:"STORE_URL"`
+	RedisURL    dsn    `yaml:"redisURL" env:"REDIS_URL"`
+	RedisPrefix string `yaml:"redisPrefix" env:"REDIS_PREFIX"`
+
+	JWTSecret   secret        `yaml:"jwtSecret" env:"JWT_SECRET"`
+	JWTKeys     secret        `yaml:"jwtKeys" env:"JWT_KEYS"`
+	JWTIssuer   string        `yaml:"jwtIssuer" env:"JWT_ISSUER"`
+	JWTAudience string        `yaml:"jwtAudience" env:"JWT_AUDIENCE"`
+	TokenTTL    time.Duration `yaml:"tokenTTL" env:"TOKEN_TTL"`
+	JWTLeeway   time.Duration `yaml:"jwtLeeway" env:"JWT_LEEWAY"`
+
+	CacheTTL       time.Duration `yaml:"cacheTTL" env:"CACHE_TTL"`
+	CacheStale     time.Duration `yaml:"cacheStale" env:"CACHE_STALE"`
+	NegativeTTL    time.Duration `yaml:"negativeTTL" env:"NEGATIVE_TTL"`
+	LocalCacheSize int           `yaml:"localCacheSize" env:"LOCAL_CACHE_SIZE"`
+	StoreTimeout   time.Duration `yaml:"storeTimeout" env:"STORE_TIMEOUT"`
+	RedisTimeout   time.Duration `yaml:"redisTimeout" env:"REDIS_TIMEOUT"`
+
+	StoreConcurrency    int           `yaml:"storeConcurrency" env:"STORE_CONCURRENCY"`
+	PostgresMaxConns    int32         `yaml:"postgresMaxConns" env:"POSTGRES_MAX_CONNS"`
+	BreakerWindow       time.Duration `yaml:"breakerWindow" env:"BREAKER_WINDOW"`
+	BreakerBucket       time.Duration `yaml:"breakerBucket" env:"BREAKER_BUCKET"`
+	BreakerMinRequests  uint32        `yaml:"breakerMinRequests" env:"BREAKER_MIN_REQUESTS"`
+	BreakerFailureRatio float64       `yaml:"breakerFailureRatio" env:"BREAKER_FAILURE_RATIO"`
+	BreakerOpenFor      time.Duration `yaml:"breakerOpenFor" env:"BREAKER_OPEN_FOR"`
+	BreakerProbes       uint32        `yaml:"breakerProbes" env:"BREAKER_PROBES"`
+
+	RequestTimeout  time.Duration `yaml:"requestTimeout" env:"REQUEST_TIMEOUT"`
+	ReadTimeout     time.Duration `yaml:"readTimeout" env:"READ_TIMEOUT"`
+	WriteTimeout    time.Duration `yaml:"writeTimeout" env:"WRITE_TIMEOUT"`
+	IdleTimeout     time.Duration `yaml:"idleTimeout" env:"IDLE_TIMEOUT"`
+	BodyLimit       int           `yaml:"bodyLimit" env:"BODY_LIMIT"`
+	HeaderLimit     int           `yaml:"headerLimit" env:"HEADER_LIMIT"`
+	HashConcurrency int           `yaml:"hashConcurrency" env:"HASH_CONCURRENCY"`
+	HashWait        time.Duration `yaml:"hashWait" env:"HASH_WAIT"`
+	ShutdownDelay   time.Duration `yaml:"shutdownDelay" env:"SHUTDOWN_DELAY"`
+	ShutdownTimeout time.Duration `yaml:"shutdownTimeout" env:"SHUTDOWN_TIMEOUT"`
+
+	LogLevel string `yaml:"logLevel" env:"LOG_LEVEL"`
+}
+
+// defaults are the values used when neither the file nor the environment
+// sets one; configs/gateway.yaml repeats them for reference.
+func defaults() config {
+	return config{
+		Addr:                ":8080",
+		AdminAddr:           "127.0.0.1:9090",
+		DataDir:             "data",
+		StoreURL:            "sqlite:data/gateway.db",
+		JWTIssuer:           "realty-gateway",
+		JWTAudience:         "realty-api",
+		TokenTTL:            time.Hour,
+		JWTLeeway:           30 * time.Second,
+		CacheTTL:            5 * time.Minute,
+		CacheStale:          time.Hour,
+		NegativeTTL:         30 * time.Second,
+		LocalCacheSize:      100_000,
+		StoreTimeout:        2 * time.Second,
+		RedisTimeout:        100 * time.Millisecond,
+		StoreConcurrency:    32,
+		PostgresMaxConns:    16,
+		BreakerWindow:       30 * time.Second,
+		BreakerBucket:       time.Second,
+		BreakerMinRequests:  20,
+		BreakerFailureRatio: 0.5,
+		BreakerOpenFor:      5 * time.Second,
+		BreakerProbes:       3,
+		RequestTimeout:      5 * time.Second,
+		ReadTimeout:         5 * time.Second,
+		WriteTimeout:        10 * time.Second,
+		IdleTimeout:         60 * time.Second,
+		BodyLimit:           64 << 10,
+		HeaderLimit:         8 << 10,
+		HashConcurrency:     4,
+		HashWait:            2 * time.Second,
+		ShutdownDelay:       0,
+		ShutdownTimeout:     15 * time.Second,
+		LogLevel:            "info",
+	}
+}
+
+// loadConfig reads the file, then the environment, then checks the result.
+func loadConfig(environ map[string]string) (config, error) {
+	cfg := defaults()
+	path := environ["GATEWAY_CONFIG"]
+	if path == "" {
+		path = defaultConfigFile
+	}
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := yaml.Unmarshal(b, &cfg); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
+	case errors.Is(err, os.ErrNotExist) && environ["GATEWAY_CONFIG"] == "":
+		// The embedded defaults stand.
+	default:
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := env.ParseWithOptions(&cfg, env.Options{Prefix: "GATEWAY_", Environment: environ}); err != nil {
+		return cfg, fmt.Errorf("config environment: %w", err)
+	}
+	return cfg, cfg.validate()
+}
+
+func (c config) validate() error {
+	var errs []error
+	positive := map[string]time.Duration{
+		"tokenTTL": c.TokenTTL, "cacheTTL": c.CacheTTL, "storeTimeout": c.StoreTimeout,
+		"redisTimeout": c.RedisTimeout, "requestTimeout": c.RequestTimeout, "readTimeout": c.ReadTimeout,
+		"writeTimeout": c.WriteTimeout, "idleTimeout": c.IdleTimeout, "breakerOpenFor": c.BreakerOpenFor,
+	}
+	for name, d := range positive {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if c.CacheStale < 0 || c.NegativeTTL < 0 || c.JWTLeeway < 0 {
+		errs = append(errs, errors.New("cacheStale, negativeTTL and jwtLeeway must not be negative"))
+	}
+	if c.JWTIssuer == "" || c.JWTAudience == "" {
+		errs = append(errs, errors.New("jwtIssuer and jwtAudience must be set"))
+	}
+	if c.BreakerFailureRatio <= 0 || c.BreakerFailureRatio > 1 {
+		errs = append(errs, errors.New("breakerFailureRatio must be in (0, 1]"))
+	}
+	return errors.Join(errs...)
+}
+
+// minSecretBytes is the shortest accepted HS256 key.
+const minSecretBytes = 32
+
+// signingKeys returns the token keys: GATEWAY_JWT_KEYS when set, else the
+// secret with kid "default", else one generated once and kept in the data
+// directory.
+func (c config) signingKeys(log *slog.Logger) ([]gateway.SigningKey, error) {
+	if c.JWTKeys != "" {
+		var keys []gateway.SigningKey
+		seen := map[string]bool{}
+		for i, part := range strings.Split(string(c.JWTKeys), ",") {
+			kid, sec, ok := strings.Cut(strings.TrimSpace(part), ":")
+			if !ok || kid == "" || seen[kid] {
+				return nil, fmt.Errorf("jwtKeys entry %d: want a unique kid:secret", i+1)
+			}
+			if len(sec) < minSecretBytes {
+				return nil, fmt.Errorf("jwtKeys entry %d (kid %s): secret shorter than %d bytes", i+1, kid, minSecretBytes)
+			}
+			seen[kid] = true
+			keys = append(keys, gateway.SigningKey{ID: kid, Secret: []byte(sec)})
+		}
+		return keys, nil
+	}
+	sec := string(c.JWTSecret)
+	if sec == "" {
+		var err error
+		if sec, err = c.generatedSecret(); err != nil {
+			return nil, err
+		}
+		log.Warn("no JWT secret configured; using the one generated in the data directory", "dir", c.DataDir)
+	}
+	if len(sec) < minSecretBytes {
+		return nil, fmt.Errorf("jwtSecret shorter than %d bytes", minSecretBytes)
+	}
+	return []gateway.SigningKey{{ID: "default", Secret: []byte(sec)}}, nil
+}
+
+func (c config) generatedSecret() (string, error) {
+	path := filepath.Join(c.DataDir, "jwt-secret")
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	sec := hex.EncodeToString(raw)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		// Another process won the race; use its secret.
+		b, err := os.ReadFile(path)
+		return strings.TrimSpace(string(b)), err
+	}
+	if err != nil {
+		return "", fmt.Errorf("jwt secret file: %w", err)
+	}
+	if _, err := f.WriteString(sec + "\n"); err != nil {
+		f.Close()
+		return "", fmt.Errorf("jwt secret file: %w", err)
+	}
+	return sec, f.Close()
+}

@@ -1,0 +1,704 @@
+package main
+
+// End-to-end tests: they build the gateway binary once, start it as a
+// client would meet it, with real PostgreSQL, Redis and SQLite, and drive it
+// over HTTP. Faults are injected through TCP proxies in front of Redis and
+// PostgreSQL, so the shared servers keep running for other tests.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/realty-gateway/gateway/internal/testenv"
+)
+
+var gatewayBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gateway-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	gatewayBin = filepath.Join(dir, "gateway")
+	build := exec.Command("go", "build", "-o", gatewayBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build gateway:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// environment is the environment of one gateway process and its admin commands.
+type environment map[string]string
+
+func (e environment) list() []string {
+	out := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GATEWAY_CONFIG=/dev/null"}
+	for k, v := range e {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// admin runs a subcommand and decodes its one JSON line.
+func admin(t *testing.T, e environment, stdin string, args ...string) map[string]any {
+	t.Helper()
+	cmd := exec.Command(gatewayBin, args...)
+	cmd.Env = e.list()
+	cmd.Dir = e["GATEWAY_DATA_DIR"]
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gateway %v: %v\n%s", args, err, stderr.String())
+	}
+	var out map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil || bytes.Count(stdout.Bytes(), []byte("\n")) != 1 {
+		t.Fatalf("gateway %v printed %q, want one JSON line", args, stdout.String())
+	}
+	return out
+}
+
+type process struct {
+	cmd       *exec.Cmd
+	base      string
+	adminBase string
+	logs      *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs the gateway and waits until it is ready.
+func start(t *testing.T, e environment) *process {
+	t.Helper()
+	addr, adminAddr := freeAddr(t), freeAddr(t)
+	e["GATEWAY_ADDR"], e["GATEWAY_ADMIN_ADDR"] = addr, adminAddr
+	cmd := exec.Command(gatewayBin)
+	cmd.Env = e.list()
+	cmd.Dir = e["GATEWAY_DATA_DIR"]
+	p := &process{cmd: cmd, base: "http://" + addr, adminBase: "http://" + adminAddr, logs: &syncBuffer{}}
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", p.logs.String())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(p.adminBase + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not ready in 20s:\n%s", p.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type stats struct {
+	Cache struct {
+		Hits, Misses, Stale, StoreLoads uint64
+	} `json:"cache"`
+}
+
+func (p *process) stats(t *testing.T) stats {
+	t.Helper()
+	resp, err := http.Get(p.adminBase + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s stats
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (p *process) request(t *testing.T, method, path string, header map[string]string, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, p.base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("User-Agent", "e2e-test")
+	for k, v := range header {
+		if v == "<none>" {
+			v = "" // net/http then sends no such header at all
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+func (p *process) view(t *testing.T, path, token string) response {
+	t.Helper()
+	return p.request(t, http.MethodGet, path, map[string]string{"Authorization": "Bearer " + token}, "")
+}
+
+func (p *process) login(t *testing.T, body string) response {
+	t.Helper()
+	return p.request(t, http.MethodPost, "/auth/login", map[string]string{"Content-Type": "application/json"}, body)
+}
+
+func (p *process) token(t *testing.T, body string) string {
+	t.Helper()
+	r := p.login(t, body)
+	var out struct {
+		JWTToken string `json:"jwtToken"`
+	}
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &out) != nil || out.JWTToken == "" {
+		t.Fatalf("login %s: %d %s", body, r.status, r.body)
+	}
+	return out.JWTToken
+}
+
+// world is one firm with a password user and a passwordless user, a
+// second firm, and imported listings, created through the admin commands.
+type world struct {
+	env          environment
+	key, key2    string
+	firm, firm2  int64
+	pwUser       int64
+	password     string
+	importedJSON string
+}
+
+const importFile = `[
+ {"id": 1001, "no": 7, "firmId": %[1]d, "firmUserId": %[2]d, "title": "Sea view", "latitude": 41.01, "longitude": 28.97, "nearLocation": true,
+  "location": {"cityId": 34, "cityName": "Istanbul"}, "realtyFiles": [{"id": 5, "imageUrl": "https://img.example/5.jpg", "sortOrder": 1, "imageType": "IMAGE", "status": "APPROVED"}],
+  "createdDate": 1700000000000, "updatedDate": 1700000100000,
+  "attributes": {"price": 100, "priceCurrencyType": "TRY", "sideIdList": [1, 2], "selectedAttributeList": [{"groupId": 3, "selectedIds": [4]}]}},
+ {"firmId": %[1]d, "firmUserId": %[2]d, "title": "Passive one", "isActive": false},
+ {"firmId": %[1]d, "firmUserId": %[2]d, "title": "Third"}
+]`
+
+func newWorld(t *testing.T, e environment) world {
+	t.Helper()
+	w := world{env: e, password: "s3cret-pass-word"}
+	f := admin(t, e, "", "firm", "add", "--name", "Acme Realty")
+	w.firm, w.key = int64(f["firmId"].(float64)), f["apiKey"].(string)
+	f2 := admin(t, e, "", "firm", "add", "--name", "Other Realty")
+	w.firm2, w.key2 = int64(f2["firmId"].(float64)), f2["apiKey"].(string)
+	u := admin(t, e, "", "user", "add", "--firm", fmt.Sprint(w.firm), "--email", "Agent@Acme.example", "--password", w.password)
+	w.pwUser = int64(u["firmUserId"].(float64))
+	admin(t, e, "", "user", "add", "--firm", fmt.Sprint(w.firm), "--email", "otp@acme.example")
+	admin(t, e, "", "user", "add", "--firm", fmt.Sprint(w.firm2), "--email", "agent@other.example", "--password", w.password)
+	w.importedJSON = fmt.Sprintf(importFile, w.firm, w.pwUser)
+	if got := admin(t, e, w.importedJSON, "listing", "import", "-"); got["imported"] != 3.0 {
+		t.Fatalf("import printed %v", got)
+	}
+	return w
+}
+
+func (w world) passwordLogin() string {
+	return fmt.Sprintf(`{"email":" agent@acme.EXAMPLE ","password":%q,"key":%q}`, w.password, w.key)
+}
+
+func (w world) otpLogin() string {
+	return fmt.Sprintf(`{"email":"otp@acme.example","key":%q}`, w.key)
+}
+
+// postgresEnv is a gateway on a fresh PostgreSQL database and Redis with a
+// key prefix of its own.
+func postgresEnv(t *testing.T, pgURL, redisAddr string) (environment, string) {
+	t.Helper()
+	prefix := testenv.RandomName("e2e") + ":"
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if keys, _ := rdb.Keys(ctx, prefix+"*").Result(); len(keys) > 0 {
+			rdb.Del(ctx, keys...)
+		}
+		rdb.Close()
+	})
+	return environment{
+		"GATEWAY_DATA_DIR":     t.TempDir(),
+		"GATEWAY_STORE_URL":    pgURL,
+		"GATEWAY_REDIS_URL":    "redis://" + redisAddr + "/0",
+		"GATEWAY_REDIS_PREFIX": prefix,
+		"GATEWAY_JWT_SECRET":   "e2e-secret-e2e-secret-e2e-secret-e2e",
+	}, prefix
+}
+
+func TestEndToEndLoginAndBothViewForms(t *testing.T) {
+	e, prefix := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	p := start(t, e)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer rdb.Close()
+
+	for _, body := range []string{w.passwordLogin(), w.otpLogin()} {
+		tok := p.token(t, body)
+		if strings.Count(tok, ".") != 2 {
+			t.Fatalf("token %q is not a JWS", tok)
+		}
+	}
+	tok := p.token(t, w.passwordLogin())
+
+	first := p.view(t, "/realty/1001", tok)
+	if first.status != 200 || first.header.Get("X-Cache") != "MISS" {
+		t.Fatalf("first view: %d %s %s", first.status, first.header.Get("X-Cache"), first.body)
+	}
+	ctx := context.Background()
+	listingNo := fmt.Sprintf("%d-7", w.firm)
+	for _, key := range []string{prefix + "realty:id:1001", prefix + "realty:listing:" + listingNo} {
+		if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 1 {
+			t.Fatalf("Redis key %s missing after one miss (err %v)", key, err)
+		}
+	}
+	loads := p.stats(t).Cache.StoreLoads
+	second := p.view(t, "/realty/"+listingNo, tok)
+	if second.status != 200 || second.header.Get("X-Cache") != "HIT" || !bytes.Equal(first.body, second.body) {
+		t.Fatalf("second view by number: %d %s", second.status, second.header.Get("X-Cache"))
+	}
+	if got := p.stats(t).Cache.StoreLoads; got != loads {
+		t.Fatalf("store loads went from %d to %d on a cached read", loads, got)
+	}
+
+	var doc map[string]any
+	if err := json.Unmarshal(first.body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"id": 1001.0, "listingId": listingNo, "no": 7.0, "firmId": float64(w.firm), "firmUserId": float64(w.pwUser),
+		"createdDate": 1700000000000.0, "updatedDate": 1700000100000.0, "endDate": nil, "isActive": true, "note": nil,
+	}
+	for k, v := range want {
+		if doc[k] != v {
+			t.Errorf("%s = %v, want %v", k, doc[k], v)
+		}
+	}
+	loc := doc["location"].(map[string]any)
+	if loc["latitude"] != 41.01 || loc["longitude"] != 28.97 || loc["nearLocation"] != true || loc["countyId"] != nil {
+		t.Errorf("location = %v", loc)
+	}
+	for _, k := range []string{"latitude", "longitude", "nearLocation"} {
+		if _, ok := doc[k]; ok {
+			t.Errorf("%s at the top level", k)
+		}
+	}
+	members := []string{"id", "listingId", "title", "firmId", "firmUserId", "no", "createdDate", "updatedDate", "endDate",
+		"categoryId", "subCategoryId", "location", "realtyFiles", "note", "realtyDetailUrl", "isActive",
+		"realtyIdentificationNo", "energyDocumentNo", "attributes"}
+	for _, k := range members {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("member %s missing", k)
+		}
+	}
+	if len(doc) != len(members) {
+		t.Errorf("listing has %d members, want %d", len(doc), len(members))
+	}
+
+	if r := p.view(t, fmt.Sprintf("/realty/%d-99", w.firm), tok); r.status != 404 {
+		t.Fatalf("unknown listing number: %d", r.status)
+	}
+	passive := p.view(t, fmt.Sprintf("/realty/%d-8", w.firm), tok)
+	if passive.status != 200 || !bytes.Contains(passive.body, []byte(`"isActive":false`)) {
+		t.Fatalf("own passive listing: %d %s", passive.status, passive.body)
+	}
+	otherTok := p.token(t, fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, w.password, w.key2))
+	if r := p.view(t, fmt.Sprintf("/realty/%d-8", w.firm), otherTok); r.status != 404 {
+		t.Fatalf("other firm's passive listing: %d, want 404", r.status)
+	}
+	if r := p.view(t, "/realty/1001", otherTok); r.status != 200 {
+		t.Fatalf("other firm's active listing: %d, want 200", r.status)
+	}
+	var empty map[string]any
+	r := p.view(t, fmt.Sprintf("/realty/%d-99", w.firm), tok)
+	_ = json.Unmarshal(r.body, &empty)
+	if r.header.Get("Content-Type") != "application/problem+json" || empty["status"] != 404.0 {
+		t.Fatalf("404 body: %s %s", r.header.Get("Content-Type"), r.body)
+	}
+}
+
+func TestEndToEndRejections(t *testing.T) {
+	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	p := start(t, e)
+	tok := p.token(t, w.passwordLogin())
+
+	logins := []struct {
+		name   string
+		header map[string]string
+		give   string
+		want   int
+	}{
+		{name: "malformed JSON", give: `{"email":`, want: 400},
+		{name: "not an object", give: `[1,2]`, want: 400},
+		{name: "email of wrong type", give: `{"email":5,"key":"k"}`, want: 400},
+		{name: "missing email", give: fmt.Sprintf(`{"key":%q}`, w.key), want: 400},
+		{name: "missing key", give: `{"email":"otp@acme.example"}`, want: 400},
+		{name: "missing User-Agent", header: map[string]string{"User-Agent": "<none>"}, give: w.otpLogin(), want: 400},
+		{name: "blank User-Agent", header: map[string]string{"User-Agent": "   "}, give: w.otpLogin(), want: 400},
+		{name: "wrong content type", header: map[string]string{"Content-Type": "text/plain"}, give: w.otpLogin(), want: 415},
+		{name: "body too large", give: `{"email":"` + strings.Repeat("a", 70_000) + `"}`, want: 413},
+		{name: "unknown e-mail", give: fmt.Sprintf(`{"email":"nobody@acme.example","password":"x","key":%q}`, w.key), want: 401},
+		{name: "wrong key", give: fmt.Sprintf(`{"email":"agent@acme.example","password":%q,"key":"rk_wrong"}`, w.password), want: 401},
+		{name: "wrong password", give: fmt.Sprintf(`{"email":"agent@acme.example","password":"nope","key":%q}`, w.key), want: 401},
+		{name: "required password missing", give: fmt.Sprintf(`{"email":"agent@acme.example","key":%q}`, w.key), want: 401},
+		{name: "password sent by passwordless account", give: fmt.Sprintf(`{"email":"otp@acme.example","password":"x","key":%q}`, w.key), want: 401},
+		{name: "e-mail of another firm", give: fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, w.password, w.key), want: 401},
+	}
+	var unauthorized []byte
+	for _, tt := range logins {
+		t.Run("login/"+tt.name, func(t *testing.T) {
+			h := map[string]string{"Content-Type": "application/json"}
+			for k, v := range tt.header {
+				h[k] = v
+			}
+			r := p.request(t, http.MethodPost, "/auth/login", h, tt.give)
+			if r.status != tt.want || r.header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("status %d (%s), want %d problem+json: %s", r.status, r.header.Get("Content-Type"), tt.want, r.body)
+			}
+			if tt.want == 401 {
+				if unauthorized != nil && !bytes.Equal(unauthorized, r.body) {
+					t.Fatalf("401 bodies differ:\n%s\n%s", unauthorized, r.body)
+				}
+				unauthorized = r.body
+			}
+		})
+	}
+
+	views := []struct {
+		name string
+		path string
+		auth string
+		want int
+	}{
+		{name: "missing token", path: "/realty/1001", auth: "<none>", want: 401},
+		{name: "garbage token", path: "/realty/1001", auth: "Bearer abc.def.ghi", want: 401},
+		{name: "altered token", path: "/realty/1001", auth: "Bearer " + tok[:len(tok)-4] + "AAAA", want: 401},
+		{name: "token checked before path", path: "/realty/007", auth: "<none>", want: 401},
+		{name: "malformed path", path: "/realty/007", auth: "Bearer " + tok, want: 400},
+		{name: "zero id", path: "/realty/0", auth: "Bearer " + tok, want: 400},
+		{name: "unknown id", path: "/realty/424242", auth: "Bearer " + tok, want: 404},
+	}
+	for _, tt := range views {
+		t.Run("view/"+tt.name, func(t *testing.T) {
+			r := p.request(t, http.MethodGet, tt.path, map[string]string{"Authorization": tt.auth}, "")
+			if r.status != tt.want || r.header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("status %d, want %d: %s", r.status, tt.want, r.body)
+			}
+			if tt.want == 401 && !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+				t.Fatalf("WWW-Authenticate = %q", r.header.Get("WWW-Authenticate"))
+			}
+		})
+	}
+
+	t.Run("header over the limit", func(t *testing.T) {
+		r := p.request(t, http.MethodGet, "/realty/1001", map[string]string{"Authorization": "Bearer " + strings.Repeat(".", 16<<10)}, "")
+		if r.status != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("status %d, want 431", r.status)
+		}
+	})
+	t.Run("1 MB of dots", func(t *testing.T) {
+		// The gateway stops reading at its header limit: a 431 or a closed
+		// connection, and it goes on serving.
+		req, _ := http.NewRequest(http.MethodGet, p.base+"/realty/1001", nil)
+		req.Header.Set("Authorization", "Bearer "+strings.Repeat(".", 1<<20))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+				t.Fatalf("status %d, want 431", resp.StatusCode)
+			}
+		}
+		if r := p.view(t, "/realty/1001", tok); r.status != 200 {
+			t.Fatalf("after the huge header: %d", r.status)
+		}
+	})
+}
+
+func TestEndToEndOneStoreCallForConcurrentMisses(t *testing.T) {
+	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	p := start(t, e)
+	tok := p.token(t, w.otpLogin())
+	before := p.stats(t).Cache.StoreLoads
+
+	var wg sync.WaitGroup
+	statuses := make(chan int, 100)
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodGet, p.base+"/realty/1001", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			resp.Body.Close()
+			statuses <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if s != 200 {
+			t.Fatalf("status %d", s)
+		}
+	}
+	if got := p.stats(t).Cache.StoreLoads - before; got != 1 {
+		t.Fatalf("store loads for 100 concurrent misses = %d, want 1", got)
+	}
+}
+
+// proxy forwards TCP to a target until stopped, and can start again on the
+// same address: a dependency that goes away and comes back.
+type proxy struct {
+	t      *testing.T
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
+	p.listen("127.0.0.1:0")
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proxy) listen(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.pipe(c)
+		}
+	}()
+}
+
+func (p *proxy) pipe(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[c], p.conns[up] = true, true
+	p.mu.Unlock()
+	go func() { _, _ = io.Copy(up, c); up.Close() }()
+	_, _ = io.Copy(c, up)
+	c.Close()
+}
+
+// stop refuses new connections and cuts the open ones.
+func (p *proxy) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+func (p *proxy) restart() { p.listen(p.addr) }
+
+func TestEndToEndStaleOr503WhileStoreIsDown(t *testing.T) {
+	pgURL := testenv.PostgresURL(t)
+	e, _ := postgresEnv(t, pgURL, testenv.RedisAddr(t))
+	w := newWorld(t, e)
+
+	pgProxy := newProxy(t, "127.0.0.1:5432")
+	e["GATEWAY_STORE_URL"] = strings.Replace(pgURL, "127.0.0.1:5432", pgProxy.addr, 1)
+	e["GATEWAY_CACHE_TTL"] = "1s"
+	e["GATEWAY_BREAKER_OPEN_FOR"] = "1s"
+	e["GATEWAY_BREAKER_MIN_REQUESTS"] = "3"
+	e["GATEWAY_STORE_TIMEOUT"] = "500ms"
+	p := start(t, e)
+	tok := p.token(t, w.otpLogin())
+	warm := p.view(t, "/realty/1001", tok)
+	if warm.status != 200 {
+		t.Fatalf("warm-up: %d", warm.status)
+	}
+
+	pgProxy.stop()
+	time.Sleep(1100 * time.Millisecond) // let the cached copy pass its 1s freshness
+	stale := p.view(t, fmt.Sprintf("/realty/%d-7", w.firm), tok)
+	if stale.status != 200 || stale.header.Get("X-Cache") != "STALE" || !bytes.Equal(stale.body, warm.body) {
+		t.Fatalf("cached listing with the store down: %d %s %s", stale.status, stale.header.Get("X-Cache"), stale.body)
+	}
+	for range 5 {
+		r := p.view(t, fmt.Sprintf("/realty/%d-9", w.firm), tok)
+		if r.status != 503 || r.header.Get("Retry-After") == "" || r.header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("uncached listing with the store down: %d Retry-After=%q %s", r.status, r.header.Get("Retry-After"), r.body)
+		}
+	}
+	if r := p.login(t, w.otpLogin()); r.status != 503 {
+		t.Fatalf("login with the store down: %d %s", r.status, r.body)
+	}
+
+	pgProxy.restart()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := p.view(t, fmt.Sprintf("/realty/%d-9", w.firm), tok)
+		if r.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery after the store came back: %d %s", r.status, r.body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestEndToEndReadsWhileRedisIsStopped(t *testing.T) {
+	e, prefix := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	redisProxy := newProxy(t, testenv.RedisAddr(t))
+	e["GATEWAY_REDIS_URL"] = "redis://" + redisProxy.addr + "/0"
+	p := start(t, e)
+	tok := p.token(t, w.otpLogin())
+	if r := p.view(t, "/realty/1001", tok); r.status != 200 {
+		t.Fatalf("warm-up: %d", r.status)
+	}
+
+	redisProxy.stop()
+	for _, path := range []string{"/realty/1001", fmt.Sprintf("/realty/%d-7", w.firm), fmt.Sprintf("/realty/%d-9", w.firm)} {
+		r := p.view(t, path, tok)
+		if r.status != 200 || r.header.Get("X-Cache") != "MISS" {
+			t.Fatalf("%s with Redis stopped: %d %s %s", path, r.status, r.header.Get("X-Cache"), r.body)
+		}
+	}
+
+	redisProxy.restart()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := p.view(t, "/realty/1001", tok)
+		if r.status == 200 && r.header.Get("X-Cache") == "HIT" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cache hits did not come back with Redis: %d %s", r.status, r.header.Get("X-Cache"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n, _ := rdb.Exists(context.Background(), prefix+"realty:id:1001").Result(); n != 1 {
+		t.Fatal("Redis key not written after Redis came back")
+	}
+}
+
+func TestEndToEndEmbeddedSQLiteDefaults(t *testing.T) {
+	dir := t.TempDir()
+	e := environment{"GATEWAY_DATA_DIR": dir}
+	p := start(t, e)
+	var seed struct {
+		APIKey   string `json:"apiKey"`
+		Password string `json:"password"`
+	}
+	for _, line := range strings.Split(p.logs.String(), "\n") {
+		if strings.Contains(line, "seeded the empty embedded store") {
+			_ = json.Unmarshal([]byte(line), &seed)
+		}
+	}
+	if seed.APIKey == "" || seed.Password == "" {
+		t.Fatalf("no demo credentials logged:\n%s", p.logs.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "gateway.db")); err != nil {
+		t.Fatalf("embedded store not at data/gateway.db: %v", err)
+	}
+	tok := p.token(t, fmt.Sprintf(`{"email":"agent@demo.example","password":%q,"key":%q}`, seed.Password, seed.APIKey))
+	p.token(t, fmt.Sprintf(`{"email":"otp@demo.example","key":%q}`, seed.APIKey))
+	for _, path := range []string{"/realty/1", "/realty/1-1"} {
+		if r := p.view(t, path, tok); r.status != 200 {
+			t.Fatalf("%s: %d %s", path, r.status, r.body)
+		}
+	}
+
+	// An import by another process takes effect at once.
+	admin(t, e, `[{"id": 77, "firmId": 1, "firmUserId": 1, "title": "new"}]`, "listing", "import", "-")
+	if r := p.view(t, "/realty/77", tok); r.status != 200 {
+		t.Fatalf("imported listing: %d %s", r.status, r.body)
+	}
+
+	if strings.Contains(p.logs.String(), "e2e-secret") {
+		t.Fatal("a secret reached the log")
+	}
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/realty-gateway/gateway/gateway"
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// seedDemo fills an empty embedded store with a demo firm, two users (one
+// with a password, one passwordless) and a few listings, and logs what a
+// client needs to log in. It never runs against PostgreSQL.
+func seedDemo(ctx context.Context, store upstream.Store, log *slog.Logger) error {
+	empty, err := store.Empty(ctx)
+	if err != nil || !empty {
+		return err
+	}
+	key, err := gateway.NewAPIKey()
+	if err != nil {
+		return err
+	}
+	password, err := gateway.NewAPIKey()
+	if err != nil {
+		return err
+	}
+	password = password[3:19]
+	firm, err := store.AddFirm(ctx, "Demo Realty", gateway.KeyDigest(key))
+	if err != nil {
+		return err
+	}
+	hash, err := gateway.HashPassword(password)
+	if err != nil {
+		return err
+	}
+	agent, err := store.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "agent@demo.example", PasswordHash: hash})
+	if err != nil {
+		return err
+	}
+	if _, err := store.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "otp@demo.example"}); err != nil {
+		return err
+	}
+	if _, err := store.ImportListings(ctx, demoListings(firm.ID, agent.ID)); err != nil {
+		return err
+	}
+	log.Warn("seeded the empty embedded store with demo data; do not use it in production",
+		"firmId", firm.ID, "apiKey", key,
+		"passwordUser", "agent@demo.example", "password", password,
+		"passwordlessUser", "otp@demo.example")
+	return nil
+}
+
+func demoListings(firmID, userID int64) []upstream.Listing {
+	now := time.Now().UnixMilli()
+	city, cityName := int64(34), "Istanbul"
+	district, districtName := int64(1203), "Moda"
+	lat, lon, near := 40.9847, 29.0265, true
+	price, currency := 8_500_000.0, "TRY"
+	rooms, sqm := 3.0, 120.0
+	category := int64(1)
+	url := "https://listings.demo.example/realty/"
+	out := make([]upstream.Listing, 0, 3)
+	for i, title := range []string{"Sea-view flat in Moda", "Garden duplex", "Studio near the ferry"} {
+		detail := fmt.Sprintf("%s%d", url, i+1)
+		out = append(out, upstream.Listing{
+			Title: title, FirmID: firmID, FirmUserID: userID,
+			CreatedDate: now, UpdatedDate: now, CategoryID: &category,
+			Location: upstream.Location{
+				CityID: &city, CityName: &cityName, DistrictID: &district, DistrictName: &districtName,
+				Latitude: &lat, Longitude: &lon, NearLocation: &near,
+			},
+			RealtyDetailURL: &detail,
+			IsActive:        i != 2,
+			Attributes: upstream.Attributes{
+				Price: &price, PriceCurrencyType: &currency, Room: &rooms, Sqm: &sqm,
+			},
+		})
+	}
+	return out
+}

@@ -1,0 +1,138 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// BreakerConfig bounds every guarded store call.
+type BreakerConfig struct {
+	// CallTimeout is the deadline of one store call.
+	CallTimeout time.Duration
+	// MaxConcurrent is the bulkhead: at most this many store calls run at
+	// once; the others wait within their deadline and then fail.
+	MaxConcurrent int
+	// Window and Bucket form the rolling window over which the failure
+	// ratio is computed.
+	Window, Bucket time.Duration
+	// The breaker opens when at least MinRequests finished in the window
+	// and at least FailureRatio of them failed.
+	MinRequests  uint32
+	FailureRatio float64
+	// OpenFor is how long the breaker stays open before half-open probes.
+	OpenFor time.Duration
+	// HalfOpenProbes is how many probes may run while half-open.
+	HalfOpenProbes uint32
+}
+
+// Guarded wraps the read side of a Store with a deadline, a bulkhead and a
+// circuit breaker. It translates every failure into ErrUnavailable, keeps
+// ErrNotFound as it is, and passes a caller's cancellation through without
+// counting it against the store.
+type Guarded struct {
+	store   Store
+	cb      *gobreaker.CircuitBreaker[any]
+	slots   chan struct{}
+	timeout time.Duration
+}
+
+// NewGuarded guards store with the given limits.
+func NewGuarded(store Store, cfg BreakerConfig, log *slog.Logger) *Guarded {
+	minRequests, ratio := cfg.MinRequests, cfg.FailureRatio
+	cb := gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
+		Name:         "store",
+		MaxRequests:  cfg.HalfOpenProbes,
+		Interval:     cfg.Window,
+		BucketPeriod: cfg.Bucket,
+		Timeout:      cfg.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.Requests >= minRequests && float64(c.TotalFailures) >= ratio*float64(c.Requests)
+		},
+		IsSuccessful: func(err error) bool {
+			return err == nil || errors.Is(err, ErrNotFound)
+		},
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled)
+		},
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			log.Warn("breaker state changed", "breaker", name, "from", from.String(), "to", to.String())
+		},
+	})
+	return &Guarded{
+		store:   store,
+		cb:      cb,
+		slots:   make(chan struct{}, max(cfg.MaxConcurrent, 1)),
+		timeout: cfg.CallTimeout,
+	}
+}
+
+// Open reports whether the breaker currently rejects calls.
+func (g *Guarded) Open() bool {
+	return g.cb.State() == gobreaker.StateOpen
+}
+
+// ListingByID reads a listing by its id.
+func (g *Guarded) ListingByID(ctx context.Context, id int64) (Listing, error) {
+	return guard(ctx, g, func(ctx context.Context) (Listing, error) {
+		return g.store.ListingByID(ctx, id)
+	})
+}
+
+// ListingByNumber reads a listing by its firm and number.
+func (g *Guarded) ListingByNumber(ctx context.Context, firmID, no int64) (Listing, error) {
+	return guard(ctx, g, func(ctx context.Context) (Listing, error) {
+		return g.store.ListingByNumber(ctx, firmID, no)
+	})
+}
+
+// FirmByKeyDigest finds a firm by the digest of its API key.
+func (g *Guarded) FirmByKeyDigest(ctx context.Context, digest []byte) (Firm, error) {
+	return guard(ctx, g, func(ctx context.Context) (Firm, error) {
+		return g.store.FirmByKeyDigest(ctx, digest)
+	})
+}
+
+// UserByEmail finds a user of a firm by e-mail.
+func (g *Guarded) UserByEmail(ctx context.Context, firmID int64, email string) (User, error) {
+	return guard(ctx, g, func(ctx context.Context) (User, error) {
+		return g.store.UserByEmail(ctx, firmID, email)
+	})
+}
+
+func guard[T any](ctx context.Context, g *Guarded, call func(context.Context) (T, error)) (T, error) {
+	var zero T
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+
+	select {
+	case g.slots <- struct{}{}:
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return zero, ctx.Err()
+		}
+		return zero, fmt.Errorf("store bulkhead full: %w", ErrUnavailable)
+	}
+	defer func() { <-g.slots }()
+
+	v, err := g.cb.Execute(func() (any, error) {
+		v, err := call(ctx)
+		if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+			// The caller went away: not the store's fault.
+			return v, ctx.Err()
+		}
+		return v, err
+	})
+	switch {
+	case err == nil:
+		return v.(T), nil
+	case errors.Is(err, ErrNotFound), errors.Is(err, context.Canceled):
+		return zero, err
+	default:
+		return zero, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+}

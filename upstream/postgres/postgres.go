@@ -1,0 +1,435 @@
+// Package postgres is the upstream.Store on PostgreSQL, through a pgx v5
+// connection pool. It owns its schema (schema.sql, embedded and applied at
+// Open under an advisory lock) and translates the driver's errors into the
+// domain errors of package upstream.
+//
+// Concurrency: a Store is safe for concurrent use. Imports lock the listings
+// table against each other, so two of them never pick the same id or number.
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+//go:embed schema.sql
+var schema string
+
+// migrationLock is the pg_advisory_xact_lock key held while the schema is
+// applied, so that processes starting at once do not race.
+const migrationLock = 0x6761_7465_7761_7901 // "gateway" + 1
+
+// SQLSTATE codes of the constraint violations that are domain errors.
+const (
+	codeForeignKey = "23503"
+	codeUnique     = "23505"
+)
+
+// Options tunes the pool. Zero values keep pgx's defaults.
+type Options struct {
+	MaxConns         int32
+	StatementTimeout time.Duration
+}
+
+// Store is the PostgreSQL engine.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ upstream.Store = (*Store)(nil)
+
+// Open connects to the database at url and applies the schema.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse postgres url: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	if opts.StatementTimeout > 0 {
+		ms := max(opts.StatementTimeout.Milliseconds(), 1)
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(ms, 10)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect postgres: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("migrate postgres: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
+			return err
+		}
+		// Without arguments Exec uses the simple protocol, which runs
+		// several statements.
+		_, err := tx.Exec(ctx, schema)
+		return err
+	})
+}
+
+// rollback ends tx when err is set, adding the rollback's own failure.
+func rollback(ctx context.Context, tx pgx.Tx, err error) error {
+	// The rollback must run even when ctx is what failed.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if rbErr := tx.Rollback(ctx); err != nil && rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+		return errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
+	}
+	return err
+}
+
+// ListingByID returns the listing with this id.
+func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, error) {
+	row := s.pool.QueryRow(ctx, `SELECT revision, document FROM listings WHERE id = $1`, id)
+	l, err := scanListing(row)
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("listing %d: %w", id, err)
+	}
+	return l, nil
+}
+
+// ListingByNumber returns the listing with this firm and number.
+func (s *Store) ListingByNumber(ctx context.Context, firmID, no int64) (upstream.Listing, error) {
+	row := s.pool.QueryRow(ctx,
+		`SELECT revision, document FROM listings WHERE firm_id = $1 AND no = $2`, firmID, no)
+	l, err := scanListing(row)
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("listing %s: %w", upstream.ListingNumber(firmID, no), err)
+	}
+	return l, nil
+}
+
+func scanListing(row pgx.Row) (upstream.Listing, error) {
+	var (
+		l        upstream.Listing
+		revision int64
+		doc      []byte
+	)
+	if err := row.Scan(&revision, &doc); err != nil {
+		return l, notFound(err)
+	}
+	if err := json.Unmarshal(doc, &l); err != nil {
+		return upstream.Listing{}, fmt.Errorf("decode document: %w", err)
+	}
+	l.Revision = revision
+	l.Normalize()
+	return l, nil
+}
+
+// FirmByKeyDigest returns the firm whose API key has this digest.
+func (s *Store) FirmByKeyDigest(ctx context.Context, digest []byte) (upstream.Firm, error) {
+	var f upstream.Firm
+	err := s.pool.QueryRow(ctx, `SELECT id, name FROM firms WHERE key_digest = $1`, digest).
+		Scan(&f.ID, &f.Name)
+	if err != nil {
+		return upstream.Firm{}, fmt.Errorf("firm by key digest: %w", notFound(err))
+	}
+	return f, nil
+}
+
+// UserByEmail returns the firm's user with this e-mail, compared normalized.
+func (s *Store) UserByEmail(ctx context.Context, firmID int64, email string) (upstream.User, error) {
+	var u upstream.User
+	err := s.pool.QueryRow(ctx,
+		`SELECT id, firm_id, email, password_hash FROM firm_users WHERE firm_id = $1 AND email = $2`,
+		firmID, upstream.NormalizeEmail(email)).
+		Scan(&u.ID, &u.FirmID, &u.Email, &u.PasswordHash)
+	if err != nil {
+		return upstream.User{}, fmt.Errorf("user of firm %d: %w", firmID, notFound(err))
+	}
+	return u, nil
+}
+
+// AddFirm stores a firm; a digest already stored is ErrConflict.
+func (s *Store) AddFirm(ctx context.Context, name string, keyDigest []byte) (upstream.Firm, error) {
+	if strings.TrimSpace(name) == "" || len(keyDigest) == 0 {
+		return upstream.Firm{}, fmt.Errorf("firm needs a name and a key digest: %w", upstream.ErrInvalid)
+	}
+	f := upstream.Firm{Name: name}
+	err := s.pool.QueryRow(ctx,
+		`INSERT INTO firms (name, key_digest) VALUES ($1, $2) RETURNING id`, name, keyDigest).
+		Scan(&f.ID)
+	if err != nil {
+		if ce := constraintError(err); ce != nil {
+			return upstream.Firm{}, fmt.Errorf("add firm %q: key digest taken: %w", name, ce)
+		}
+		return upstream.Firm{}, fmt.Errorf("add firm %q: %w", name, err)
+	}
+	return f, nil
+}
+
+// AddUser stores a user with its e-mail normalized. A taken e-mail within
+// the firm is ErrConflict, an unknown firm ErrInvalid.
+func (s *Store) AddUser(ctx context.Context, u upstream.User) (upstream.User, error) {
+	u.Email = upstream.NormalizeEmail(u.Email)
+	if u.Email == "" {
+		return upstream.User{}, fmt.Errorf("user of firm %d needs an e-mail: %w", u.FirmID, upstream.ErrInvalid)
+	}
+	err := s.pool.QueryRow(ctx,
+		`INSERT INTO firm_users (firm_id, email, password_hash) VALUES ($1, $2, $3) RETURNING id`,
+		u.FirmID, u.Email, u.PasswordHash).
+		Scan(&u.ID)
+	if err != nil {
+		switch ce := constraintError(err); {
+		case errors.Is(ce, upstream.ErrConflict):
+			return upstream.User{}, fmt.Errorf("add user of firm %d: e-mail taken: %w", u.FirmID, ce)
+		case errors.Is(ce, upstream.ErrInvalid):
+			return upstream.User{}, fmt.Errorf("add user: unknown firm %d: %w", u.FirmID, ce)
+		}
+		return upstream.User{}, fmt.Errorf("add user of firm %d: %w", u.FirmID, err)
+	}
+	return u, nil
+}
+
+// ImportListings stores the listings in one transaction: all or none.
+func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) (_ []upstream.Listing, err error) {
+	if len(ls) == 0 {
+		return []upstream.Listing{}, nil
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("import: %w", err)
+	}
+	defer func() { err = rollback(ctx, tx, err) }()
+
+	// Conflicts with itself, not with reads: imports run one at a time.
+	if _, err := tx.Exec(ctx, `LOCK TABLE listings IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		return nil, fmt.Errorf("import: %w", err)
+	}
+	im := importer{
+		tx:    tx,
+		now:   time.Now().UnixMilli(),
+		nos:   map[int64]*counter{},
+		firms: map[int64]bool{},
+		users: map[int64]int64{},
+		seen:  map[[2]int64]bool{},
+	}
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&im.ids.stored); err != nil {
+		return nil, fmt.Errorf("import: %w", err)
+	}
+	im.ids.max = im.ids.stored
+
+	out := make([]upstream.Listing, len(ls))
+	for i, l := range ls {
+		if out[i], err = im.add(ctx, l); err != nil {
+			var de *domainErr
+			if errors.As(err, &de) {
+				return nil, &upstream.ImportError{Index: i, ID: l.ID, Err: de.err}
+			}
+			return nil, fmt.Errorf("import entry %d: %w", i, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("import: commit: %w", err)
+	}
+	return out, nil
+}
+
+// counter tracks the largest id (or no) before the import and so far.
+type counter struct {
+	stored, max int64
+}
+
+// importer holds what one import learned so far, under its table lock.
+type importer struct {
+	tx    pgx.Tx
+	now   int64
+	ids   counter
+	nos   map[int64]*counter // by firm
+	firms map[int64]bool     // firm id: exists
+	users map[int64]int64    // user id: its firm id, 0 when unknown
+	seen  map[[2]int64]bool  // {0, id} and {firm id, no} taken in this file
+}
+
+// domainErr marks an entry's fault, as opposed to a failure of the store.
+type domainErr struct{ err error }
+
+func (e *domainErr) Error() string { return e.err.Error() }
+
+func reject(format string, args ...any) error {
+	return &domainErr{err: fmt.Errorf(format, args...)}
+}
+
+func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listing, error) {
+	if l.ID < 0 || l.No < 0 {
+		return l, reject("negative id or no: %w", upstream.ErrInvalid)
+	}
+	if err := im.checkOwner(ctx, l.FirmID, l.FirmUserID); err != nil {
+		return l, err
+	}
+
+	id, ok, err := im.take(ctx, &im.ids, 0, l.ID, `SELECT EXISTS (SELECT 1 FROM listings WHERE id = $1)`, l.ID)
+	if err != nil {
+		return l, err
+	}
+	if !ok {
+		return l, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
+	}
+	nos, err := im.firmNos(ctx, l.FirmID)
+	if err != nil {
+		return l, err
+	}
+	no, ok, err := im.take(ctx, nos, l.FirmID, l.No,
+		`SELECT EXISTS (SELECT 1 FROM listings WHERE firm_id = $1 AND no = $2)`, l.FirmID, l.No)
+	if err != nil {
+		return l, err
+	}
+	if !ok {
+		return l, reject("listing %s taken: %w", upstream.ListingNumber(l.FirmID, l.No), upstream.ErrConflict)
+	}
+	l.ID, l.No = id, no
+
+	if l.CreatedDate == 0 {
+		l.CreatedDate = im.now
+	}
+	if l.UpdatedDate == 0 {
+		l.UpdatedDate = l.CreatedDate
+	}
+	l.Revision = 1
+	l.Normalize()
+	doc, err := json.Marshal(l)
+	if err != nil {
+		return l, fmt.Errorf("encode: %w", err)
+	}
+	_, err = im.tx.Exec(ctx,
+		`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
+		 VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision, string(doc))
+	if err != nil {
+		if ce := constraintError(err); ce != nil {
+			return l, reject("listing %d or %s: %w", l.ID, l.ListingID, ce)
+		}
+		return l, err
+	}
+	return l, nil
+}
+
+// checkOwner rejects a listing whose firm is unknown or whose user is not
+// one of that firm's.
+func (im *importer) checkOwner(ctx context.Context, firmID, userID int64) error {
+	exists, ok := im.firms[firmID]
+	if !ok {
+		err := im.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM firms WHERE id = $1)`, firmID).Scan(&exists)
+		if err != nil {
+			return err
+		}
+		im.firms[firmID] = exists
+	}
+	if !exists {
+		return reject("unknown firm %d: %w", firmID, upstream.ErrInvalid)
+	}
+
+	owner, ok := im.users[userID]
+	if !ok {
+		err := im.tx.QueryRow(ctx, `SELECT firm_id FROM firm_users WHERE id = $1`, userID).Scan(&owner)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		im.users[userID] = owner
+	}
+	if owner != firmID {
+		return reject("firm %d has no user %d: %w", firmID, userID, upstream.ErrInvalid)
+	}
+	return nil
+}
+
+func (im *importer) firmNos(ctx context.Context, firmID int64) (*counter, error) {
+	if c, ok := im.nos[firmID]; ok {
+		return c, nil
+	}
+	c := &counter{}
+	err := im.tx.QueryRow(ctx, `SELECT COALESCE(MAX(no), 0) FROM listings WHERE firm_id = $1`, firmID).
+		Scan(&c.stored)
+	if err != nil {
+		return nil, err
+	}
+	c.max = c.stored
+	im.nos[firmID] = c
+	return c, nil
+}
+
+// take claims give, or the next free value of c when give is zero. It
+// reports false when give is taken in this file or, as query tells, in the
+// store. scope is 0 for ids and the firm id for numbers.
+func (im *importer) take(ctx context.Context, c *counter, scope, give int64, query string, args ...any) (int64, bool, error) {
+	if give == 0 {
+		give = c.max + 1
+	} else {
+		if im.seen[[2]int64{scope, give}] {
+			return 0, false, nil
+		}
+		if give <= c.stored {
+			var taken bool
+			if err := im.tx.QueryRow(ctx, query, args...).Scan(&taken); err != nil {
+				return 0, false, err
+			}
+			if taken {
+				return 0, false, nil
+			}
+		}
+	}
+	im.seen[[2]int64{scope, give}] = true
+	c.max = max(c.max, give)
+	return give, true, nil
+}
+
+// Empty reports whether no firm is stored.
+func (s *Store) Empty(ctx context.Context) (bool, error) {
+	var empty bool
+	if err := s.pool.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM firms)`).Scan(&empty); err != nil {
+		return false, fmt.Errorf("empty: %w", err)
+	}
+	return empty, nil
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.pool.Ping(ctx)
+}
+
+// Close closes the pool, waiting for connections in use to be returned.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+func notFound(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return upstream.ErrNotFound
+	}
+	return err
+}
+
+// constraintError returns the domain error of a constraint violation, and
+// nil for any other error.
+func constraintError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case codeUnique:
+			return upstream.ErrConflict
+		case codeForeignKey:
+			return upstream.ErrInvalid
+		}
+	}
+	return nil
+}

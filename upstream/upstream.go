@@ -1,0 +1,218 @@
+// Package upstream owns the listing domain: the Listing type in the exact
+// shape of the spec, the accounts that log in, the Store contract that every
+// storage engine implements, the domain errors, and the circuit breaker that
+// guards the store.
+//
+// Concurrency: the types here are plain values. Store implementations and
+// Guarded are safe for concurrent use.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Domain errors. Adapters translate their own errors into these at the
+// boundary; the gateway maps them to HTTP status codes.
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrUnavailable = errors.New("store unavailable")
+	ErrConflict    = errors.New("conflict")
+	ErrInvalid     = errors.New("invalid")
+)
+
+// Firm is a customer company. Its API key is kept only as a SHA-256 digest.
+type Firm struct {
+	ID   int64
+	Name string
+}
+
+// User is a firm's user. An empty PasswordHash marks a passwordless
+// (OTP-verified) account.
+type User struct {
+	ID           int64
+	FirmID       int64
+	Email        string
+	PasswordHash string
+}
+
+// NormalizeEmail is the one form in which e-mails are stored and compared.
+func NormalizeEmail(email string) string {
+	return strings.ToLower(strings.TrimSpace(email))
+}
+
+// Listing is one realty listing in the spec's response shape. Dates are
+// epoch milliseconds. Pointers are members that may be null.
+type Listing struct {
+	ID                     int64        `json:"id"`
+	ListingID              string       `json:"listingId"`
+	Title                  string       `json:"title"`
+	FirmID                 int64        `json:"firmId"`
+	FirmUserID             int64        `json:"firmUserId"`
+	No                     int64        `json:"no"`
+	CreatedDate            int64        `json:"createdDate"`
+	UpdatedDate            int64        `json:"updatedDate"`
+	EndDate                *int64       `json:"endDate"`
+	CategoryID             *int64       `json:"categoryId"`
+	SubCategoryID          *int64       `json:"subCategoryId"`
+	Location               Location     `json:"location"`
+	RealtyFiles            []RealtyFile `json:"realtyFiles"`
+	Note                   *string      `json:"note"`
+	RealtyDetailURL        *string      `json:"realtyDetailUrl"`
+	IsActive               bool         `json:"isActive"`
+	RealtyIdentificationNo *string      `json:"realtyIdentificationNo"`
+	EnergyDocumentNo       *string      `json:"energyDocumentNo"`
+	Attributes             Attributes   `json:"attributes"`
+
+	// Revision is assigned by the store and grows with every write of the
+	// listing. It is not part of the response.
+	Revision int64 `json:"-"`
+}
+
+// Location is the address of a listing, including the coordinates.
+type Location struct {
+	CityID       *int64   `json:"cityId"`
+	CityName     *string  `json:"cityName"`
+	CountyID     *int64   `json:"countyId"`
+	CountyName   *string  `json:"countyName"`
+	DistrictID   *int64   `json:"districtId"`
+	DistrictName *string  `json:"districtName"`
+	Latitude     *float64 `json:"latitude"`
+	Longitude    *float64 `json:"longitude"`
+	NearLocation *bool    `json:"nearLocation"`
+}
+
+// RealtyFile is one uploaded file of a listing.
+type RealtyFile struct {
+	ID        int64   `json:"id"`
+	ImageURL  *string `json:"imageUrl"`
+	SortOrder *int64  `json:"sortOrder"`
+	ImageType *string `json:"imageType"`
+	Status    *string `json:"status"`
+}
+
+// SelectedAttribute is one group of chosen attribute options.
+type SelectedAttribute struct {
+	GroupID     int64   `json:"groupId"`
+	SelectedIDs []int64 `json:"selectedIds"`
+}
+
+// Attributes are the detail attributes of a listing. Every member is
+// returned; those without a value are null.
+type Attributes struct {
+	Title                 *string             `json:"title"`
+	Description           *string             `json:"description"`
+	Note                  *string             `json:"note"`
+	HousingComplexName    *string             `json:"housingComplexName"`
+	PriceCurrencyType     *string             `json:"priceCurrencyType"`
+	FeeCurrencyType       *string             `json:"feeCurrencyType"`
+	RentalCurrencyType    *string             `json:"rentalCurrencyType"`
+	DepositCurrencyType   *string             `json:"depositCurrencyType"`
+	Price                 *float64            `json:"price"`
+	Fee                   *float64            `json:"fee"`
+	Rental                *float64            `json:"rental"`
+	Deposit               *float64            `json:"deposit"`
+	Room                  *float64            `json:"room"`
+	LivingRoom            *float64            `json:"livingRoom"`
+	BathRoom              *float64            `json:"bathRoom"`
+	Sqm                   *float64            `json:"sqm"`
+	NetSqm                *float64            `json:"netSqm"`
+	Age                   *float64            `json:"age"`
+	FloorCount            *float64            `json:"floorCount"`
+	HeatingID             *int64              `json:"heatingId"`
+	CreditID              *int64              `json:"creditId"`
+	ResidenceID           *int64              `json:"residenceId"`
+	FloorID               *int64              `json:"floorId"`
+	FuelID                *int64              `json:"fuelId"`
+	BuildID               *int64              `json:"buildId"`
+	BuildStateID          *int64              `json:"buildStateId"`
+	UsageID               *int64              `json:"usageId"`
+	RegisterID            *int64              `json:"registerId"`
+	BarterID              *int64              `json:"barterId"`
+	IsHousingComplex      *bool               `json:"isHousingComplex"`
+	OnlineVisitAvailable  *bool               `json:"onlineVisitAvailable"`
+	Furnished             *bool               `json:"furnished"`
+	AuthorizedRealtor     *bool               `json:"authorizedRealtor"`
+	SideIDList            []int64             `json:"sideIdList"`
+	SelectedAttributeList []SelectedAttribute `json:"selectedAttributeList"`
+}
+
+// ListingNumber formats the listing number "<firmId>-<no>".
+func ListingNumber(firmID, no int64) string {
+	return strconv.FormatInt(firmID, 10) + "-" + strconv.FormatInt(no, 10)
+}
+
+// Normalize fills the derived members and turns absent arrays into empty
+// ones, so that every member of the spec is present in the response.
+// attributes.title and attributes.note mirror the top-level members when
+// they are not given on their own.
+func (l *Listing) Normalize() {
+	l.ListingID = ListingNumber(l.FirmID, l.No)
+	if l.RealtyFiles == nil {
+		l.RealtyFiles = []RealtyFile{}
+	}
+	if l.Attributes.Title == nil {
+		title := l.Title
+		l.Attributes.Title = &title
+	}
+	if l.Attributes.Note == nil && l.Note != nil {
+		note := *l.Note
+		l.Attributes.Note = &note
+	}
+	if l.Attributes.SideIDList == nil {
+		l.Attributes.SideIDList = []int64{}
+	}
+	if l.Attributes.SelectedAttributeList == nil {
+		l.Attributes.SelectedAttributeList = []SelectedAttribute{}
+	}
+	for i := range l.Attributes.SelectedAttributeList {
+		if l.Attributes.SelectedAttributeList[i].SelectedIDs == nil {
+			l.Attributes.SelectedAttributeList[i].SelectedIDs = []int64{}
+		}
+	}
+}
+
+// ImportError names the entry of an import file that rejected the whole
+// file. Err is one of the domain errors.
+type ImportError struct {
+	Index int
+	ID    int64
+	Err   error
+}
+
+func (e *ImportError) Error() string {
+	return fmt.Sprintf("entry %d (id %d): %v", e.Index, e.ID, e.Err)
+}
+
+func (e *ImportError) Unwrap() error { return e.Err }
+
+// Store is the contract of a storage engine. Every engine passes the
+// conformance suite in package storetest.
+type Store interface {
+	// ListingByID and ListingByNumber return ErrNotFound when there is no
+	// such listing.
+	ListingByID(ctx context.Context, id int64) (Listing, error)
+	ListingByNumber(ctx context.Context, firmID, no int64) (Listing, error)
+
+	// FirmByKeyDigest finds the firm whose API key has this SHA-256 digest.
+	FirmByKeyDigest(ctx context.Context, digest []byte) (Firm, error)
+	// UserByEmail finds a user of the firm; the e-mail is normalized first.
+	UserByEmail(ctx context.Context, firmID int64, email string) (User, error)
+
+	// AddFirm stores a firm with the digest of its API key.
+	AddFirm(ctx context.Context, name string, keyDigest []byte) (Firm, error)
+	// AddUser stores a user; a taken e-mail within the firm is ErrConflict.
+	AddUser(ctx context.Context, u User) (User, error)
+	// ImportListings stores new listings atomically: all or none. It keeps
+	// the given id and no, assigns those that are zero, and returns the
+	// stored listings. A bad entry is reported as *ImportError.
+	ImportListings(ctx context.Context, ls []Listing) ([]Listing, error)
+
+	// Empty reports whether the store holds no firm at all.
+	Empty(ctx context.Context) (bool, error)
+	Ping(ctx context.Context) error
+	Close() error
+}
