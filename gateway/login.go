@@ -1,0 +1,165 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/alexedwards/argon2id"
+	"github.com/gofiber/fiber/v2"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// maxPasswordBytes bounds the input to argon2id.
+const maxPasswordBytes = 1024
+
+// passwordParams are the OWASP argon2id parameters: m=19 MiB, t=2, p=1.
+func passwordParams() *argon2id.Params {
+	return &argon2id.Params{Memory: 19 * 1024, Iterations: 2, Parallelism: 1, SaltLength: 16, KeyLength: 32}
+}
+
+var errBusy = errors.New("password hashing at capacity")
+
+// HashPassword returns the PHC-encoded argon2id hash of a password.
+func HashPassword(password string) (string, error) {
+	return argon2id.CreateHash(password, passwordParams())
+}
+
+// KeyDigest is how an API key is stored and looked up.
+func KeyDigest(key string) []byte {
+	sum := sha256.Sum256([]byte(key))
+	return sum[:]
+}
+
+// NewAPIKey returns a random 256-bit API key.
+func NewAPIKey() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "rk_" + hex.EncodeToString(b), nil
+}
+
+// loginRequest is the body of POST /auth/login. An empty password is the
+// same as none.
+type loginRequest struct {
+	Email    string `json:"email"`
+	Password string `json:"password"`
+	Key      string `json:"key"`
+}
+
+// decodeLogin parses and checks a login body. Unknown members are ignored.
+func decodeLogin(body []byte) (loginRequest, error) {
+	var req loginRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&req); err != nil {
+		return req, badRequest("The body must be a JSON object with string members email, key and optionally password.")
+	}
+	if dec.More() {
+		return req, badRequest("The body must hold one JSON object.")
+	}
+	if strings.TrimSpace(req.Email) == "" || req.Key == "" {
+		return req, badRequest("Members email and key are required.")
+	}
+	if len(req.Password) > maxPasswordBytes {
+		return req, badRequest("The password is too long.")
+	}
+	return req, nil
+}
+
+func (s *Server) login(c *fiber.Ctx) error {
+	if len(bytes.TrimSpace(c.Request().Header.UserAgent())) == 0 {
+		return badRequest("A non-empty User-Agent header is required.")
+	}
+	if !isJSON(c.Get(fiber.HeaderContentType)) {
+		return &problem{status: fiber.StatusUnsupportedMediaType, detail: "Content-Type must be application/json."}
+	}
+	req, err := decodeLogin(c.Body())
+	if err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	user, err := s.authenticate(ctx, req)
+	if err != nil {
+		return err
+	}
+	tok, err := s.issueToken(user.FirmID, user.ID, time.Now())
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(fiber.Map{"jwtToken": tok})
+}
+
+// authenticate checks the key, the e-mail and the password. Every failure
+// costs one argon2id verification, so timing does not tell them apart.
+func (s *Server) authenticate(ctx context.Context, req loginRequest) (upstream.User, error) {
+	firm, err := s.accounts.FirmByKeyDigest(ctx, KeyDigest(req.Key))
+	if errors.Is(err, upstream.ErrNotFound) {
+		return upstream.User{}, s.reject(ctx, req.Password)
+	}
+	if err != nil {
+		return upstream.User{}, err
+	}
+	user, err := s.accounts.UserByEmail(ctx, firm.ID, req.Email)
+	if errors.Is(err, upstream.ErrNotFound) {
+		return upstream.User{}, s.reject(ctx, req.Password)
+	}
+	if err != nil {
+		return upstream.User{}, err
+	}
+	switch {
+	case user.PasswordHash == "" && req.Password == "":
+		return user, nil
+	case user.PasswordHash == "" || req.Password == "":
+		return upstream.User{}, s.reject(ctx, req.Password)
+	}
+	ok, err := s.verifyPassword(ctx, req.Password, user.PasswordHash)
+	if err != nil {
+		return upstream.User{}, err
+	}
+	if !ok {
+		return upstream.User{}, errBadCredentials
+	}
+	return user, nil
+}
+
+// reject runs a dummy verification and returns errBadCredentials.
+func (s *Server) reject(ctx context.Context, password string) error {
+	if _, err := s.verifyPassword(ctx, password, s.dummyHash); err != nil {
+		return err
+	}
+	return errBadCredentials
+}
+
+// verifyPassword runs argon2id under the hashing semaphore. When all slots
+// stay busy for HashWait it gives up with errBusy.
+func (s *Server) verifyPassword(ctx context.Context, password, hash string) (bool, error) {
+	wait, cancel := context.WithTimeout(ctx, s.cfg.HashWait)
+	defer cancel()
+	if err := s.hashing.Acquire(wait, 1); err != nil {
+		return false, errBusy
+	}
+	defer s.hashing.Release(1)
+	ok, err := argon2id.ComparePasswordAndHash(password, hash)
+	if err != nil {
+		return false, errBadCredentials
+	}
+	return ok, nil
+}
+
+func newHashing(n int) *semaphore.Weighted { return semaphore.NewWeighted(int64(max(n, 1))) }
+
+func isJSON(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.TrimSpace(mt)
+	return strings.EqualFold(mt, "application/json") || (strings.HasPrefix(strings.ToLower(mt), "application/") && strings.HasSuffix(strings.ToLower(mt), "+json"))
+}

@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// problem is an error that is answered as it stands: its detail is written
+// for the client.
+type problem struct {
+	status int
+	detail string
+}
+
+func (p *problem) Error() string { return p.detail }
+
+func badRequest(detail string) error { return &problem{status: fiber.StatusBadRequest, detail: detail} }
+
+// errBadCredentials is the one answer to every failed login, so that the
+// body does not tell which part was wrong.
+var errBadCredentials = &problem{status: fiber.StatusUnauthorized, detail: "The e-mail, password or API key is not valid."}
+
+// problemBody is an RFC 9457 problem detail.
+type problemBody struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+}
+
+// statusOf is the one table from errors to status codes, with the detail
+// that may be shown to the client.
+func statusOf(err error) (int, string) {
+	var p *problem
+	var fe *fiber.Error
+	switch {
+	case errors.As(err, &p):
+		return p.status, p.detail
+	case errors.Is(err, upstream.ErrNotFound):
+		return fiber.StatusNotFound, "No such listing."
+	case errors.Is(err, upstream.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return fiber.StatusServiceUnavailable, "The listing store is unavailable; try again later."
+	case errors.Is(err, errBusy):
+		return fiber.StatusServiceUnavailable, "Too many logins in progress; try again later."
+	case errors.As(err, &fe):
+		// Fiber's own errors (404 route, 405, 413, 431): the status only,
+		// never the message, which may echo the request.
+		return fe.Code, ""
+	default:
+		return fiber.StatusInternalServerError, ""
+	}
+}
+
+// errorHandler is the app's one error handler. No internal error text
+// reaches the client.
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	status, detail := statusOf(err)
+	switch status {
+	case fiber.StatusUnauthorized:
+		c.Set(fiber.HeaderWWWAuthenticate, bearerChallenge)
+	case fiber.StatusServiceUnavailable:
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(s.retryAfterSeconds))
+	}
+	if status >= fiber.StatusInternalServerError {
+		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", status, "err", err)
+	}
+	return sendProblem(c, status, detail)
+}
+
+func sendProblem(c *fiber.Ctx, status int, detail string) error {
+	body := problemBody{
+		Type:     "about:blank",
+		Title:    http.StatusText(status),
+		Status:   status,
+		Detail:   detail,
+		Instance: c.Path(),
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	if err := c.Status(status).JSON(body); err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentType, "application/problem+json")
+	return nil
+}

@@ -1,0 +1,202 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	jwtware "github.com/gofiber/contrib/jwt"
+	"github.com/gofiber/fiber/v2"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+const (
+	signingAlg      = "HS256"
+	bearerChallenge = `Bearer realm="realty"`
+	principalKey    = "principal"
+	tokenKey        = "token"
+)
+
+// SigningKey is one HS256 key; its ID goes in the token's kid header.
+type SigningKey struct {
+	ID     string
+	Secret []byte
+}
+
+// principal is who a verified token speaks for.
+type principal struct {
+	FirmID     int64
+	FirmUserID int64
+}
+
+// issuedClaims are the claims of a token this gateway issues.
+type issuedClaims struct {
+	jwt.RegisteredClaims
+	FirmID     int64 `json:"firmId"`
+	FirmUserID int64 `json:"firmUserId"`
+}
+
+func (s *Server) issueToken(firmID, userID int64, now time.Time) (string, error) {
+	jti := make([]byte, 16)
+	if _, err := rand.Read(jti); err != nil {
+		return "", err
+	}
+	claims := issuedClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    s.cfg.Issuer,
+			Subject:   strconv.FormatInt(userID, 10),
+			Audience:  jwt.ClaimStrings{s.cfg.Audience},
+			ExpiresAt: jwt.NewNumericDate(now.Add(s.cfg.TokenTTL)),
+			NotBefore: jwt.NewNumericDate(now),
+			IssuedAt:  jwt.NewNumericDate(now),
+			ID:        hex.EncodeToString(jti),
+		},
+		FirmID:     firmID,
+		FirmUserID: userID,
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
+	signer := s.cfg.Keys[0]
+	tok.Header["kid"] = signer.ID
+	return tok.SignedString(signer.Secret)
+}
+
+// epochSeconds is a NumericDate that must be a JSON number: golang-jwt's
+// own type also accepts numeric strings.
+type epochSeconds float64
+
+func (e *epochSeconds) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] == '"' {
+		return errors.New("date is not a number")
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return err
+	}
+	if math.IsNaN(f) || math.Abs(f) > maxEpochSeconds {
+		return errors.New("date out of range")
+	}
+	*e = epochSeconds(f)
+	return nil
+}
+
+// maxEpochSeconds keeps dates far inside time.Time's range (year 33658).
+const maxEpochSeconds = 1e12
+
+func (e *epochSeconds) time() time.Time {
+	sec, frac := math.Modf(float64(*e))
+	return time.Unix(int64(sec), int64(frac*1e9))
+}
+
+// checkedClaims is what contrib/jwt parses a presented token into. Its time
+// getters return nil so that golang-jwt's built-in check, which has no
+// leeway through contrib/jwt v1, is skipped; Validate requires the claims
+// and Server.checkClaims compares them with the configuration.
+type checkedClaims struct {
+	Issuer     string           `json:"iss"`
+	Subject    string           `json:"sub"`
+	Audience   jwt.ClaimStrings `json:"aud"`
+	ExpiresAt  *epochSeconds    `json:"exp"`
+	NotBefore  *epochSeconds    `json:"nbf"`
+	IssuedAt   *epochSeconds    `json:"iat"`
+	ID         string           `json:"jti"`
+	FirmID     int64            `json:"firmId"`
+	FirmUserID int64            `json:"firmUserId"`
+}
+
+var _ jwt.ClaimsValidator = (*checkedClaims)(nil)
+
+func (*checkedClaims) GetExpirationTime() (*jwt.NumericDate, error) { return nil, nil }
+func (*checkedClaims) GetIssuedAt() (*jwt.NumericDate, error)       { return nil, nil }
+func (*checkedClaims) GetNotBefore() (*jwt.NumericDate, error)      { return nil, nil }
+func (c *checkedClaims) GetIssuer() (string, error)                 { return c.Issuer, nil }
+func (c *checkedClaims) GetSubject() (string, error)                { return c.Subject, nil }
+func (c *checkedClaims) GetAudience() (jwt.ClaimStrings, error)     { return c.Audience, nil }
+
+// Validate requires every claim the gateway relies on.
+func (c *checkedClaims) Validate() error {
+	switch {
+	case c.ExpiresAt == nil:
+		return errors.New("exp is required")
+	case c.Issuer == "" || len(c.Audience) == 0:
+		return errors.New("iss and aud are required")
+	case c.FirmID <= 0 || c.FirmUserID <= 0:
+		return errors.New("firmId and firmUserId are required")
+	case c.Subject != strconv.FormatInt(c.FirmUserID, 10):
+		return errors.New("sub does not match firmUserId")
+	}
+	return nil
+}
+
+// checkClaims applies the configured issuer, audience and leeway.
+func (s *Server) checkClaims(c *checkedClaims, now time.Time) error {
+	switch {
+	case c.Issuer != s.cfg.Issuer:
+		return errors.New("wrong issuer")
+	case !slices.Contains(c.Audience, s.cfg.Audience):
+		return errors.New("wrong audience")
+	case !now.Before(c.ExpiresAt.time().Add(s.cfg.Leeway)):
+		return errors.New("token expired")
+	case c.NotBefore != nil && now.Before(c.NotBefore.time().Add(-s.cfg.Leeway)):
+		return errors.New("token not yet valid")
+	}
+	return nil
+}
+
+var errUnauthorized = &problem{status: fiber.StatusUnauthorized, detail: "A valid bearer token is required."}
+
+// requireToken checks the bearer token before anything else of a request.
+func (s *Server) requireToken() fiber.Handler {
+	keys := make(map[string]jwtware.SigningKey, len(s.cfg.Keys))
+	for _, k := range s.cfg.Keys {
+		keys[k.ID] = jwtware.SigningKey{JWTAlg: signingAlg, Key: k.Secret}
+	}
+	verify := jwtware.New(jwtware.Config{
+		SigningKeys: keys,
+		Claims:      &checkedClaims{},
+		ContextKey:  tokenKey,
+		ErrorHandler: func(_ *fiber.Ctx, _ error) error {
+			return errUnauthorized
+		},
+		SuccessHandler: func(c *fiber.Ctx) error {
+			tok, ok := c.Locals(tokenKey).(*jwt.Token)
+			if !ok {
+				return errUnauthorized
+			}
+			claims, ok := tok.Claims.(*checkedClaims)
+			if !ok || s.checkClaims(claims, time.Now()) != nil {
+				return errUnauthorized
+			}
+			c.Locals(principalKey, principal{FirmID: claims.FirmID, FirmUserID: claims.FirmUserID})
+			return c.Next()
+		},
+	})
+	return func(c *fiber.Ctx) error {
+		if !wellFormedBearer(c.Request().Header.Peek(fiber.HeaderAuthorization)) {
+			return errUnauthorized
+		}
+		return verify(c)
+	}
+}
+
+// wellFormedBearer accepts exactly "Bearer <token68>" (RFC 6750 §2.1):
+// one space, no trailing blanks, only token68 characters.
+func wellFormedBearer(h []byte) bool {
+	tok, ok := bytes.CutPrefix(h, []byte("Bearer "))
+	if !ok || len(tok) == 0 {
+		return false
+	}
+	return !slices.ContainsFunc(tok, func(b byte) bool {
+		return !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || strings.IndexByte("-._~+/=", b) >= 0)
+	})
+}
+
+func principalOf(c *fiber.Ctx) principal {
+	p, _ := c.Locals(principalKey).(principal)
+	return p
+}
