@@ -702,3 +702,54 @@ func TestEndToEndEmbeddedSQLiteDefaults(t *testing.T) {
 		t.Fatal("a secret reached the log")
 	}
 }
+
+func TestEndToEndImport(t *testing.T) {
+	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	p := start(t, e)
+	tok := p.token(t, w.otpLogin())
+
+	// A cached "absent" must not hide a listing imported afterwards.
+	for _, path := range []string{"/realty/2002", fmt.Sprintf("/realty/%d-50", w.firm)} {
+		if r := p.view(t, path, tok); r.status != 404 {
+			t.Fatalf("%s before the import: %d", path, r.status)
+		}
+	}
+	admin(t, e, fmt.Sprintf(`[{"id": 2002, "no": 50, "firmId": %d, "firmUserId": %d, "title": "late"}]`, w.firm, w.pwUser), "listing", "import", "-")
+	for _, path := range []string{"/realty/2002", fmt.Sprintf("/realty/%d-50", w.firm)} {
+		if r := p.view(t, path, tok); r.status != 200 {
+			t.Fatalf("%s after the import: %d %s", path, r.status, r.body)
+		}
+	}
+
+	tests := []struct {
+		name       string
+		give       string
+		wantStderr string
+	}{
+		{name: "unknown firm", give: `[{"title":"ok","firmId":%[1]d,"firmUserId":%[2]d},{"id":3003,"title":"x","firmId":999,"firmUserId":%[2]d}]`, wantStderr: "entry 1 (id 3003)"},
+		{name: "user of another firm", give: `[{"id":3004,"title":"x","firmId":%[3]d,"firmUserId":%[2]d}]`, wantStderr: "entry 0 (id 3004)"},
+		{name: "duplicate id", give: `[{"title":"ok","firmId":%[1]d,"firmUserId":%[2]d},{"id":1001,"title":"x","firmId":%[1]d,"firmUserId":%[2]d}]`, wantStderr: "entry 1 (id 1001)"},
+		{name: "duplicate number", give: `[{"id":3005,"no":7,"title":"x","firmId":%[1]d,"firmUserId":%[2]d}]`, wantStderr: "entry 0 (id 3005)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(gatewayBin, "listing", "import", "-")
+			cmd.Env = e.list()
+			cmd.Dir = e["GATEWAY_DATA_DIR"]
+			cmd.Stdin = strings.NewReader(fmt.Sprintf(tt.give, w.firm, w.pwUser, w.firm2))
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err == nil {
+				t.Fatalf("import succeeded: %s", stdout.String())
+			}
+			if !strings.Contains(stderr.String(), tt.wantStderr) || stdout.Len() != 0 {
+				t.Fatalf("stderr %q, stdout %q; want %q named", stderr.String(), stdout.String(), tt.wantStderr)
+			}
+			// Nothing was written: the valid first entry did not land either.
+			if r := p.view(t, fmt.Sprintf("/realty/%d-51", w.firm), tok); r.status != 404 {
+				t.Fatalf("a rejected file wrote a listing: %d", r.status)
+			}
+		})
+	}
+}

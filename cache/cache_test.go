@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -381,5 +382,37 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in 5s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
+	// A listener that accepts and never answers: every Redis operation
+	// runs into its own timeout.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true,
+		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, DialTimeout: 50 * time.Millisecond})
+	defer rdb.Close()
+	src := newSource(listing(3, 1, 1, true))
+	c := NewRedis(src, rdb, 50*time.Millisecond, testConfig(""), quietLog())
+	// Four Redis operations (look, look again, two writes) of 50ms each
+	// fit the request's deadline; a lost timeout would not.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	e, err := c.Get(ctx, ByID(3))
+	if err != nil || e.State != Miss {
+		t.Fatalf("state %v, err %v; want MISS from the store within the deadline", e.State, err)
 	}
 }

@@ -40,6 +40,11 @@ type fixture struct {
 
 func newFixture(t *testing.T) fixture {
 	t.Helper()
+	return newFixtureWithKeys(t, []SigningKey{{ID: "k1", Secret: testSecret}})
+}
+
+func newFixtureWithKeys(t *testing.T, keys []SigningKey) fixture {
+	t.Helper()
 	ctx := context.Background()
 	store, err := sqlite.Open(ctx, t.TempDir()+"/gw.db")
 	if err != nil {
@@ -68,7 +73,7 @@ func newFixture(t *testing.T) fixture {
 	listings := cache.NewLocal(guarded, 100, cache.Config{Fresh: time.Minute, LoadTimeout: time.Second}, log)
 	srv, err := New(Config{
 		Issuer: testIssuer, Audience: testAudience,
-		Keys:     []SigningKey{{ID: "k1", Secret: testSecret}},
+		Keys:     keys,
 		TokenTTL: time.Hour, Leeway: 30 * time.Second,
 		RequestTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, IdleTimeout: time.Second,
 		BodyLimit: 4096, HeaderLimit: 8192, RetryAfter: 5 * time.Second, HashConcurrency: 2, HashWait: time.Second,
@@ -327,5 +332,38 @@ func TestIssuedTokenCarriesTheClaims(t *testing.T) {
 	}
 	if exp, _ := claims.GetExpirationTime(); exp == nil || exp.Unix() != now.Add(time.Hour).Unix() {
 		t.Errorf("exp = %v, want one hour from now", exp)
+	}
+}
+
+func TestKeyRotation(t *testing.T) {
+	oldSecret := []byte("old-secret-old-secret-old-secret")
+	newSecret := []byte("new-secret-new-secret-new-secret")
+	f := newFixtureWithKeys(t, []SigningKey{{ID: "new", Secret: newSecret}, {ID: "default", Secret: oldSecret}})
+	now := time.Now()
+	issued, err := f.srv.issueToken(1, 1, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		give string
+		want int
+	}{
+		{name: "issued by the first key", give: issued, want: 200},
+		{name: "old key still verifies", give: sign(t, jwt.SigningMethodHS256, "default", goodClaims(now), oldSecret), want: 200},
+		{name: "old kid with the new secret", give: sign(t, jwt.SigningMethodHS256, "default", goodClaims(now), newSecret), want: 401},
+		{name: "retired kid", give: sign(t, jwt.SigningMethodHS256, "k1", goodClaims(now), testSecret), want: 401},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, body := f.get(t, "/realty/1", "Bearer "+tt.give)
+			if resp.StatusCode != tt.want {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.want, body)
+			}
+		})
+	}
+	parsed, _, err := jwt.NewParser().ParseUnverified(issued, jwt.MapClaims{})
+	if err != nil || parsed.Header["kid"] != "new" {
+		t.Fatalf("issued kid = %v (err %v), want the first key's", parsed.Header["kid"], err)
 	}
 }
