@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -80,44 +78,25 @@ func addUser(ctx context.Context, cfg config, args []string, stdout io.Writer) e
 	})
 }
 
-// importEntry is one listing of an import file: the spec's shape, plus the
-// top-level latitude, longitude and nearLocation that older exports carry.
-type importEntry struct {
-	upstream.Listing
-	IsActive     *bool    `json:"isActive"`
-	Latitude     *float64 `json:"latitude"`
-	Longitude    *float64 `json:"longitude"`
-	NearLocation *bool    `json:"nearLocation"`
-}
-
-func (e importEntry) listing() upstream.Listing {
-	l := e.Listing
-	l.IsActive = e.IsActive == nil || *e.IsActive
-	if l.Location.Latitude == nil {
-		l.Location.Latitude = e.Latitude
-	}
-	if l.Location.Longitude == nil {
-		l.Location.Longitude = e.Longitude
-	}
-	if l.Location.NearLocation == nil {
-		l.Location.NearLocation = e.NearLocation
-	}
-	return l
-}
-
+// decodeImport reads a JSON array of listings, each through the same
+// decoding and validation as POST /realty, keeping the given id, firm,
+// user and dates.
 func decodeImport(r io.Reader) ([]upstream.Listing, error) {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return nil, err
+	var raws []json.RawMessage
+	if err := json.NewDecoder(r).Decode(&raws); err != nil {
+		return nil, fmt.Errorf("import file: want a JSON array of listings: %w", err)
 	}
-	var entries []importEntry
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&entries); err != nil {
-		return nil, fmt.Errorf("import file: %w", err)
-	}
-	ls := make([]upstream.Listing, len(entries))
-	for i, e := range entries {
-		ls[i] = e.listing()
+	ls := make([]upstream.Listing, len(raws))
+	for i, raw := range raws {
+		l, err := upstream.DecodeListing(raw, true)
+		if err != nil {
+			var id struct {
+				ID int64 `json:"id"`
+			}
+			_ = json.Unmarshal(raw, &id)
+			return nil, &upstream.ImportError{Index: i, ID: id.ID, Err: err}
+		}
+		ls[i] = l
 	}
 	return ls, nil
 }
@@ -137,37 +116,21 @@ func importListings(ctx context.Context, cfg config, log *slog.Logger, args []st
 	}
 	ls, err := decodeImport(in)
 	if err != nil {
-		return err
+		return fmt.Errorf("import: %w", err)
 	}
 	return withStore(ctx, cfg, func(s upstream.Store) error {
-		stored, err := s.ImportListings(ctx, ls)
+		listings, closeCache, err := openCache(cfg, s, log)
+		if err != nil {
+			return err
+		}
+		defer closeCache()
+		stored, _, err := listings.Import(ctx, ls)
 		if err != nil {
 			return fmt.Errorf("import: %w", err)
 		}
-		if err := forgetCached(ctx, cfg, log, stored); err != nil {
-			return err
+		if n := listings.Stats().Incoherent; n > 0 {
+			return fmt.Errorf("imported %d listings, but %d cache keys could be neither written nor cleared; they expire within the negative TTL", len(stored), n)
 		}
 		return printJSON(stdout, map[string]any{"imported": len(stored)})
 	})
-}
-
-// forgetCached clears both cache keys of each imported listing in Redis,
-// so that a cached "absent" never hides a new listing.
-func forgetCached(ctx context.Context, cfg config, log *slog.Logger, ls []upstream.Listing) error {
-	rdb, err := openRedis(cfg)
-	if err != nil || rdb == nil {
-		return err
-	}
-	defer rdb.Close()
-	c := cache.NewRedis(nil, rdb, cfg.RedisTimeout, cacheConfig(cfg), log)
-	var errs []error
-	for _, l := range ls {
-		if err := c.Invalidate(ctx, l); err != nil {
-			errs = append(errs, fmt.Errorf("listing %d: %w", l.ID, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("imported, but clearing cached keys failed; they expire within the negative TTL: %w", err)
-	}
-	return nil
 }

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +43,14 @@ func (d dsn) LogValue() slog.Value {
 	if err != nil {
 		return slog.StringValue("***")
 	}
+	q := u.Query()
+	for name := range q {
+		switch strings.ToLower(name) {
+		case "password", "sslpassword", "sslkey", "token", "key", "secret":
+			q.Set(name, "xxxxx")
+		}
+	}
+	u.RawQuery = q.Encode()
 	return slog.StringValue(u.Redacted())
 }
 
@@ -101,6 +113,15 @@ type config struct {
 	ShutdownDelay   time.Duration `yaml:"shutdownDelay" env:"SHUTDOWN_DELAY"`
 	ShutdownTimeout time.Duration `yaml:"shutdownTimeout" env:"SHUTDOWN_TIMEOUT"`
 
+	HTTPMaxAge              time.Duration `yaml:"httpMaxAge" env:"HTTP_MAX_AGE"`
+	CDNMode                 bool          `yaml:"cdnMode" env:"CDN_MODE"`
+	CDNSMaxAge              time.Duration `yaml:"cdnSMaxAge" env:"CDN_S_MAXAGE"`
+	CDNStaleWhileRevalidate time.Duration `yaml:"cdnStaleWhileRevalidate" env:"CDN_STALE_WHILE_REVALIDATE"`
+	CDNStaleIfError         time.Duration `yaml:"cdnStaleIfError" env:"CDN_STALE_IF_ERROR"`
+	CDNPurgeURL             dsn           `yaml:"cdnPurgeURL" env:"CDN_PURGE_URL"`
+	CDNPurgeHeader          secret        `yaml:"cdnPurgeHeader" env:"CDN_PURGE_HEADER"`
+	CDNPurgeTimeout         time.Duration `yaml:"cdnPurgeTimeout" env:"CDN_PURGE_TIMEOUT"`
+
 	LogLevel string `yaml:"logLevel" env:"LOG_LEVEL"`
 }
 
@@ -108,39 +129,45 @@ type config struct {
 // sets one; configs/gateway.yaml repeats them for reference.
 func defaults() config {
 	return config{
-		Addr:                ":8080",
-		AdminAddr:           "127.0.0.1:9090",
-		DataDir:             "data",
-		StoreURL:            "sqlite:data/gateway.db",
-		JWTIssuer:           "realty-gateway",
-		JWTAudience:         "realty-api",
-		TokenTTL:            time.Hour,
-		JWTLeeway:           30 * time.Second,
-		CacheTTL:            5 * time.Minute,
-		CacheStale:          time.Hour,
-		NegativeTTL:         30 * time.Second,
-		LocalCacheSize:      100_000,
-		StoreTimeout:        2 * time.Second,
-		RedisTimeout:        100 * time.Millisecond,
-		StoreConcurrency:    32,
-		PostgresMaxConns:    16,
-		BreakerWindow:       30 * time.Second,
-		BreakerBucket:       time.Second,
-		BreakerMinRequests:  20,
-		BreakerFailureRatio: 0.5,
-		BreakerOpenFor:      5 * time.Second,
-		BreakerProbes:       3,
-		RequestTimeout:      5 * time.Second,
-		ReadTimeout:         5 * time.Second,
-		WriteTimeout:        10 * time.Second,
-		IdleTimeout:         60 * time.Second,
-		BodyLimit:           64 << 10,
-		HeaderLimit:         8 << 10,
-		HashConcurrency:     4,
-		HashWait:            2 * time.Second,
-		ShutdownDelay:       0,
-		ShutdownTimeout:     15 * time.Second,
-		LogLevel:            "info",
+		Addr:                    ":8080",
+		AdminAddr:               "127.0.0.1:9090",
+		DataDir:                 "data",
+		StoreURL:                "sqlite:data/gateway.db",
+		JWTIssuer:               "realty-gateway",
+		JWTAudience:             "realty-api",
+		TokenTTL:                time.Hour,
+		JWTLeeway:               30 * time.Second,
+		CacheTTL:                5 * time.Minute,
+		CacheStale:              time.Hour,
+		NegativeTTL:             30 * time.Second,
+		LocalCacheSize:          100_000,
+		StoreTimeout:            2 * time.Second,
+		RedisTimeout:            100 * time.Millisecond,
+		StoreConcurrency:        32,
+		PostgresMaxConns:        16,
+		BreakerWindow:           30 * time.Second,
+		BreakerBucket:           time.Second,
+		BreakerMinRequests:      20,
+		BreakerFailureRatio:     0.5,
+		BreakerOpenFor:          5 * time.Second,
+		BreakerProbes:           3,
+		RequestTimeout:          5 * time.Second,
+		ReadTimeout:             5 * time.Second,
+		WriteTimeout:            10 * time.Second,
+		IdleTimeout:             60 * time.Second,
+		BodyLimit:               64 << 10,
+		HeaderLimit:             8 << 10,
+		HashConcurrency:         4,
+		HashWait:                2 * time.Second,
+		ShutdownDelay:           0,
+		ShutdownTimeout:         15 * time.Second,
+		HTTPMaxAge:              0,
+		CDNMode:                 false,
+		CDNSMaxAge:              time.Minute,
+		CDNStaleWhileRevalidate: 30 * time.Second,
+		CDNStaleIfError:         time.Hour,
+		CDNPurgeTimeout:         2 * time.Second,
+		LogLevel:                "info",
 	}
 }
 
@@ -154,7 +181,9 @@ func loadConfig(environ map[string]string) (config, error) {
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
-		if err := yaml.Unmarshal(b, &cfg); err != nil {
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 			return cfg, fmt.Errorf("config %s: %w", path, err)
 		}
 	case errors.Is(err, os.ErrNotExist) && environ["GATEWAY_CONFIG"] == "":
@@ -174,14 +203,32 @@ func (c config) validate() error {
 		"tokenTTL": c.TokenTTL, "cacheTTL": c.CacheTTL, "storeTimeout": c.StoreTimeout,
 		"redisTimeout": c.RedisTimeout, "requestTimeout": c.RequestTimeout, "readTimeout": c.ReadTimeout,
 		"writeTimeout": c.WriteTimeout, "idleTimeout": c.IdleTimeout, "breakerOpenFor": c.BreakerOpenFor,
+		"breakerWindow": c.BreakerWindow, "breakerBucket": c.BreakerBucket, "hashWait": c.HashWait,
+		"shutdownTimeout": c.ShutdownTimeout, "cdnPurgeTimeout": c.CDNPurgeTimeout,
 	}
-	for name, d := range positive {
-		if d <= 0 {
+	for _, name := range slices.Sorted(maps.Keys(positive)) {
+		if positive[name] <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
 	}
-	if c.CacheStale < 0 || c.NegativeTTL < 0 || c.JWTLeeway < 0 {
-		errs = append(errs, errors.New("cacheStale, negativeTTL and jwtLeeway must not be negative"))
+	nonNegative := map[string]time.Duration{
+		"cacheStale": c.CacheStale, "negativeTTL": c.NegativeTTL, "jwtLeeway": c.JWTLeeway,
+		"shutdownDelay": c.ShutdownDelay, "httpMaxAge": c.HTTPMaxAge, "cdnSMaxAge": c.CDNSMaxAge,
+		"cdnStaleWhileRevalidate": c.CDNStaleWhileRevalidate, "cdnStaleIfError": c.CDNStaleIfError,
+	}
+	for _, name := range slices.Sorted(maps.Keys(nonNegative)) {
+		if nonNegative[name] < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative", name))
+		}
+	}
+	counts := map[string]int{
+		"localCacheSize": c.LocalCacheSize, "storeConcurrency": c.StoreConcurrency, "postgresMaxConns": int(c.PostgresMaxConns),
+		"bodyLimit": c.BodyLimit, "headerLimit": c.HeaderLimit, "hashConcurrency": c.HashConcurrency,
+	}
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		if counts[name] <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
 	}
 	if c.JWTIssuer == "" || c.JWTAudience == "" {
 		errs = append(errs, errors.New("jwtIssuer and jwtAudience must be set"))
@@ -242,18 +289,30 @@ func (c config) generatedSecret() (string, error) {
 		return "", err
 	}
 	sec := hex.EncodeToString(raw)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		// Another process won the race; use its secret.
-		b, err := os.ReadFile(path)
-		return strings.TrimSpace(string(b)), err
-	}
+	// Write it whole under a temporary name, then link it into place, so
+	// that no process ever reads a half-written or empty secret.
+	tmp, err := os.CreateTemp(c.DataDir, "jwt-secret-*")
 	if err != nil {
 		return "", fmt.Errorf("jwt secret file: %w", err)
 	}
-	if _, err := f.WriteString(sec + "\n"); err != nil {
-		f.Close()
+	defer os.Remove(tmp.Name())
+	if err := os.Chmod(tmp.Name(), 0o600); err != nil {
+		tmp.Close()
 		return "", fmt.Errorf("jwt secret file: %w", err)
 	}
-	return sec, f.Close()
+	if _, err := tmp.WriteString(sec + "\n"); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("jwt secret file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("jwt secret file: %w", err)
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+		// Another process won the race; use its secret.
+		b, err := os.ReadFile(path)
+		return strings.TrimSpace(string(b)), err
+	} else if err != nil {
+		return "", fmt.Errorf("jwt secret file: %w", err)
+	}
+	return sec, nil
 }

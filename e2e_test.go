@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -232,12 +233,12 @@ type world struct {
 }
 
 const importFile = `[
- {"id": 1001, "no": 7, "firmId": %[1]d, "firmUserId": %[2]d, "title": "Sea view", "latitude": 41.01, "longitude": 28.97, "nearLocation": true,
+ {"id": 1001, "no": 7, "firmId": %[1]d, "firmUserId": %[2]d, "title": "Sea view", "categoryId": 2, "latitude": 41.01, "longitude": 28.97, "nearLocation": true,
   "location": {"cityId": 34, "cityName": "Istanbul"}, "realtyFiles": [{"id": 5, "imageUrl": "https://img.example/5.jpg", "sortOrder": 1, "imageType": "IMAGE", "status": "APPROVED"}],
   "createdDate": 1700000000000, "updatedDate": 1700000100000,
   "attributes": {"price": 100, "priceCurrencyType": "TRY", "sideIdList": [1, 2], "selectedAttributeList": [{"groupId": 3, "selectedIds": [4]}]}},
- {"firmId": %[1]d, "firmUserId": %[2]d, "title": "Passive one", "isActive": false},
- {"firmId": %[1]d, "firmUserId": %[2]d, "title": "Third"}
+ {"firmId": %[1]d, "firmUserId": %[2]d, "title": "Passive one", "isActive": false, "categoryId": 1, "location": {"cityId": 6}},
+ {"firmId": %[1]d, "firmUserId": %[2]d, "title": "Third", "categoryId": 1, "location": {"cityId": 6}}
 ]`
 
 func newWorld(t *testing.T, e environment) world {
@@ -288,9 +289,22 @@ func postgresEnv(t *testing.T, pgURL, redisAddr string) (environment, string) {
 	}, prefix
 }
 
+// coldCache removes the keys that the import published, so that reads
+// start with misses.
+func coldCache(t *testing.T, prefix string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer rdb.Close()
+	ctx := context.Background()
+	if keys, _ := rdb.Keys(ctx, prefix+"*").Result(); len(keys) > 0 {
+		rdb.Del(ctx, keys...)
+	}
+}
+
 func TestEndToEndLoginAndBothViewForms(t *testing.T) {
 	e, prefix := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
 	w := newWorld(t, e)
+	coldCache(t, prefix)
 	p := start(t, e)
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	defer rdb.Close()
@@ -477,8 +491,9 @@ func TestEndToEndRejections(t *testing.T) {
 }
 
 func TestEndToEndOneStoreCallForConcurrentMisses(t *testing.T) {
-	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	e, prefix := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
 	w := newWorld(t, e)
+	coldCache(t, prefix)
 	p := start(t, e)
 	tok := p.token(t, w.otpLogin())
 	before := p.stats(t).Cache.StoreLoads
@@ -581,8 +596,9 @@ func (p *proxy) restart() { p.listen(p.addr) }
 
 func TestEndToEndStaleOr503WhileStoreIsDown(t *testing.T) {
 	pgURL := testenv.PostgresURL(t)
-	e, _ := postgresEnv(t, pgURL, testenv.RedisAddr(t))
+	e, prefix := postgresEnv(t, pgURL, testenv.RedisAddr(t))
 	w := newWorld(t, e)
+	coldCache(t, prefix)
 
 	pgProxy := newProxy(t, "127.0.0.1:5432")
 	e["GATEWAY_STORE_URL"] = strings.Replace(pgURL, "127.0.0.1:5432", pgProxy.addr, 1)
@@ -630,6 +646,7 @@ func TestEndToEndStaleOr503WhileStoreIsDown(t *testing.T) {
 func TestEndToEndReadsWhileRedisIsStopped(t *testing.T) {
 	e, prefix := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
 	w := newWorld(t, e)
+	coldCache(t, prefix)
 	redisProxy := newProxy(t, testenv.RedisAddr(t))
 	e["GATEWAY_REDIS_URL"] = "redis://" + redisProxy.addr + "/0"
 	p := start(t, e)
@@ -693,7 +710,7 @@ func TestEndToEndEmbeddedSQLiteDefaults(t *testing.T) {
 	}
 
 	// An import by another process takes effect at once.
-	admin(t, e, `[{"id": 77, "firmId": 1, "firmUserId": 1, "title": "new"}]`, "listing", "import", "-")
+	admin(t, e, `[{"id": 77, "firmId": 1, "firmUserId": 1, "title": "new", "categoryId": 1, "location": {"cityId": 6}}]`, "listing", "import", "-")
 	if r := p.view(t, "/realty/77", tok); r.status != 200 {
 		t.Fatalf("imported listing: %d %s", r.status, r.body)
 	}
@@ -715,7 +732,7 @@ func TestEndToEndImport(t *testing.T) {
 			t.Fatalf("%s before the import: %d", path, r.status)
 		}
 	}
-	admin(t, e, fmt.Sprintf(`[{"id": 2002, "no": 50, "firmId": %d, "firmUserId": %d, "title": "late"}]`, w.firm, w.pwUser), "listing", "import", "-")
+	admin(t, e, fmt.Sprintf(`[{"id": 2002, "no": 50, "firmId": %d, "firmUserId": %d, "title": "late", "categoryId": 1, "location": {"cityId": 6}}]`, w.firm, w.pwUser), "listing", "import", "-")
 	for _, path := range []string{"/realty/2002", fmt.Sprintf("/realty/%d-50", w.firm)} {
 		if r := p.view(t, path, tok); r.status != 200 {
 			t.Fatalf("%s after the import: %d %s", path, r.status, r.body)
@@ -727,10 +744,10 @@ func TestEndToEndImport(t *testing.T) {
 		give       string
 		wantStderr string
 	}{
-		{name: "unknown firm", give: `[{"title":"ok","firmId":%[1]d,"firmUserId":%[2]d},{"id":3003,"title":"x","firmId":999,"firmUserId":%[2]d}]`, wantStderr: "entry 1 (id 3003)"},
-		{name: "user of another firm", give: `[{"id":3004,"title":"x","firmId":%[3]d,"firmUserId":%[2]d}]`, wantStderr: "entry 0 (id 3004)"},
-		{name: "duplicate id", give: `[{"title":"ok","firmId":%[1]d,"firmUserId":%[2]d},{"id":1001,"title":"x","firmId":%[1]d,"firmUserId":%[2]d}]`, wantStderr: "entry 1 (id 1001)"},
-		{name: "duplicate number", give: `[{"id":3005,"no":7,"title":"x","firmId":%[1]d,"firmUserId":%[2]d}]`, wantStderr: "entry 0 (id 3005)"},
+		{name: "unknown firm", give: `[{"title":"ok","categoryId":1,"location":{"cityId":6},"firmId":%[1]d,"firmUserId":%[2]d},{"id":3003,"title":"x","categoryId":1,"location":{"cityId":6},"firmId":999,"firmUserId":%[2]d}]`, wantStderr: "entry 1 (id 3003)"},
+		{name: "user of another firm", give: `[{"id":3004,"title":"x","categoryId":1,"location":{"cityId":6},"firmId":%[3]d,"firmUserId":%[2]d}]`, wantStderr: "entry 0 (id 3004)"},
+		{name: "duplicate id", give: `[{"title":"ok","categoryId":1,"location":{"cityId":6},"firmId":%[1]d,"firmUserId":%[2]d},{"id":1001,"title":"x","categoryId":1,"location":{"cityId":6},"firmId":%[1]d,"firmUserId":%[2]d}]`, wantStderr: "entry 1 (id 1001)"},
+		{name: "duplicate number", give: `[{"id":3005,"no":7,"title":"x","categoryId":1,"location":{"cityId":6},"firmId":%[1]d,"firmUserId":%[2]d}]`, wantStderr: "entry 0 (id 3005)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -751,5 +768,90 @@ func TestEndToEndImport(t *testing.T) {
 				t.Fatalf("a rejected file wrote a listing: %d", r.status)
 			}
 		})
+	}
+}
+
+// TestEndToEndTwoProcessCoherence: client A writes through process 1 while
+// client B reads both forms through process 2 in a tight loop. No read
+// sent after a write returned may show an older version.
+func TestEndToEndTwoProcessCoherence(t *testing.T) {
+	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	e2 := environment{}
+	for k, v := range e {
+		e2[k] = v
+	}
+	writer, reader := start(t, e), start(t, e2)
+	tokA, tokB := writer.token(t, w.passwordLogin()), reader.token(t, w.otpLogin())
+	paths := []string{"/realty/1001", fmt.Sprintf("/realty/%d-7", w.firm)}
+	for _, path := range paths { // both keys cached in the reader's view
+		if r := reader.view(t, path, tokB); r.status != 200 {
+			t.Fatalf("warm-up %s: %d", path, r.status)
+		}
+	}
+	body := func(version int) string {
+		return fmt.Sprintf(`{"title":"v%d","categoryId":2,"location":{"cityId":34}}`, version)
+	}
+
+	var committed atomic.Int64 // the last version whose PUT has returned
+	done := make(chan struct{})
+	type result struct{ reads, stale int }
+	results := make(chan result)
+	go func() {
+		var res result
+		client := &http.Client{Timeout: 5 * time.Second}
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				results <- res
+				return
+			default:
+			}
+			floor := committed.Load()
+			req, _ := http.NewRequest(http.MethodGet, reader.base+paths[i%2], nil)
+			req.Header.Set("Authorization", "Bearer "+tokB)
+			resp, err := client.Do(req)
+			if err != nil {
+				continue
+			}
+			var l struct{ Title string }
+			_ = json.NewDecoder(resp.Body).Decode(&l)
+			resp.Body.Close()
+			var seen int64
+			fmt.Sscanf(l.Title, "v%d", &seen)
+			res.reads++
+			if l.Title != "Sea view" && seen < floor || l.Title == "Sea view" && floor > 0 {
+				res.stale++
+				t.Errorf("read %s after version %d returned shows %q", paths[i%2], floor, l.Title)
+			}
+		}
+	}()
+	for v := 1; v <= 40; v++ {
+		r := writer.request(t, http.MethodPut, paths[v%2], map[string]string{
+			"Authorization": "Bearer " + tokA, "Content-Type": "application/json"}, body(v))
+		if r.status != 200 {
+			t.Fatalf("PUT v%d: %d %s", v, r.status, r.body)
+		}
+		committed.Store(int64(v))
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(done)
+	res := <-results
+	if res.reads < 40 {
+		t.Fatalf("only %d reads ran alongside 40 writes", res.reads)
+	}
+	t.Logf("%d reads alongside 40 writes, %d stale", res.reads, res.stale)
+	for _, path := range paths {
+		if r := reader.view(t, path, tokB); !bytes.Contains(r.body, []byte(`"title":"v40"`)) {
+			t.Fatalf("final read %s: %s", path, r.body)
+		}
+	}
+	if r := writer.request(t, http.MethodDelete, paths[0], map[string]string{"Authorization": "Bearer " + tokA}, ""); r.status != 204 {
+		t.Fatalf("DELETE: %d", r.status)
+	}
+	for _, path := range paths {
+		if r := reader.view(t, path, tokB); r.status != 404 {
+			t.Fatalf("read %s through the other process after DELETE: %d", path, r.status)
+		}
 	}
 }

@@ -111,6 +111,20 @@ func openRedis(cfg config) (*redis.Client, error) {
 	return redis.NewClient(opts), nil
 }
 
+// openCache returns the listing cache over src: on Redis when configured,
+// else in process. The returned func closes the Redis client.
+func openCache(cfg config, src cache.Source, log *slog.Logger) (*cache.Cache, func(), error) {
+	rdb, err := openRedis(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rdb == nil {
+		log.Info("no Redis configured; caching in process")
+		return cache.NewLocal(src, cfg.LocalCacheSize, cacheConfig(cfg), log), func() {}, nil
+	}
+	return cache.NewRedis(src, rdb, cfg.RedisTimeout, cacheConfig(cfg), log), func() { rdb.Close() }, nil
+}
+
 func cacheConfig(cfg config) cache.Config {
 	return cache.Config{
 		Fresh:       cfg.CacheTTL,
@@ -148,17 +162,18 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		HalfOpenProbes: cfg.BreakerProbes,
 	}, log)
 
-	rdb, err := openRedis(cfg)
+	listings, closeCache, err := openCache(cfg, guarded, log)
 	if err != nil {
 		return err
 	}
-	var listings *cache.Cache
-	if rdb != nil {
-		defer rdb.Close()
-		listings = cache.NewRedis(guarded, rdb, cfg.RedisTimeout, cacheConfig(cfg), log)
-	} else {
-		log.Info("no Redis configured; caching in process")
-		listings = cache.NewLocal(guarded, cfg.LocalCacheSize, cacheConfig(cfg), log)
+	defer closeCache()
+	var purger gateway.Purger = gateway.NoPurge{}
+	if cfg.CDNPurgeURL != "" {
+		p := upstream.NewPurger(upstream.PurgeConfig{
+			URLTemplate: string(cfg.CDNPurgeURL), Header: string(cfg.CDNPurgeHeader), Timeout: cfg.CDNPurgeTimeout, Queue: 4096,
+		}, log)
+		go p.Run(ctx)
+		purger = p
 	}
 
 	srv, err := gateway.New(gateway.Config{
@@ -176,7 +191,14 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		RetryAfter:      cfg.BreakerOpenFor,
 		HashConcurrency: cfg.HashConcurrency,
 		HashWait:        cfg.HashWait,
-	}, listings, guarded, log)
+		MaxAge:          cfg.HTTPMaxAge,
+		CDN: gateway.CDN{
+			Enabled:              cfg.CDNMode,
+			SMaxAge:              cfg.CDNSMaxAge,
+			StaleWhileRevalidate: cfg.CDNStaleWhileRevalidate,
+			StaleIfError:         cfg.CDNStaleIfError,
+		},
+	}, listings, guarded, purger, log)
 	if err != nil {
 		return err
 	}

@@ -26,10 +26,14 @@ import (
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// Source is where listings come from on a miss.
+// Source is the store behind the cache: reads on a miss, and the writes
+// that the cache passes through and then publishes under both keys.
 type Source interface {
 	ListingByID(ctx context.Context, id int64) (upstream.Listing, error)
 	ListingByNumber(ctx context.Context, firmID, no int64) (upstream.Listing, error)
+	ImportListings(ctx context.Context, ls []upstream.Listing) ([]upstream.Listing, error)
+	UpdateListing(ctx context.Context, l upstream.Listing) (upstream.Listing, error)
+	DeleteListing(ctx context.Context, firmID, id int64) (upstream.Listing, error)
 }
 
 // Key names a listing by id (ID > 0) or by listing number.
@@ -74,11 +78,14 @@ func (s State) String() string {
 
 // Entry is a listing ready to send. Its slices must not be modified.
 type Entry struct {
+	ID     int64
 	Body   []byte
 	ETag   []byte
 	FirmID int64
 	Active bool
 	State  State
+	// FreshUntil is when the cached copy stops being fresh, in unix ms.
+	FreshUntil int64
 }
 
 // Config holds the lifetimes and bounds of the cache.
@@ -104,6 +111,9 @@ type Stats struct {
 	StoreLoads uint64 `json:"storeLoads"`
 	TierErrors uint64 `json:"tierErrors"`
 	Corrupt    uint64 `json:"corrupt"`
+	// Incoherent counts keys that a write could neither update nor
+	// remove; they may serve the old version until they stop being fresh.
+	Incoherent uint64 `json:"incoherent"`
 }
 
 // Cache is the read-through listing cache.
@@ -115,8 +125,8 @@ type Cache struct {
 	group singleflight.Group
 	now   func() time.Time
 
-	hits, misses, stale, loads, tierErrors, corrupt atomic.Uint64
-	tierDown                                        atomic.Bool
+	hits, misses, stale, loads, tierErrors, corrupt, incoherent atomic.Uint64
+	tierDown                                                    atomic.Bool
 }
 
 func newCache(src Source, t tier, cfg Config, log *slog.Logger) *Cache {
@@ -128,6 +138,7 @@ func (c *Cache) Stats() Stats {
 	return Stats{
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Stale: c.stale.Load(),
 		StoreLoads: c.loads.Load(), TierErrors: c.tierErrors.Load(), Corrupt: c.corrupt.Load(),
+		Incoherent: c.incoherent.Load(),
 	}
 }
 
@@ -204,10 +215,15 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	ttl := c.cfg.Fresh + c.cfg.Stale
-	c.remember(ctx, ByID(l.ID).name(c.cfg.Prefix), r, ttl)
-	c.remember(ctx, ByNumber(l.FirmID, l.No).name(c.cfg.Prefix), r, ttl)
+	for _, name := range c.names(l) {
+		c.remember(ctx, name, r, c.cfg.Fresh+c.cfg.Stale)
+	}
 	return r.entry(Miss), nil
+}
+
+// names are the two keys of a listing.
+func (c *Cache) names(l upstream.Listing) [2]string {
+	return [2]string{ByID(l.ID).name(c.cfg.Prefix), ByNumber(l.FirmID, l.No).name(c.cfg.Prefix)}
 }
 
 func (c *Cache) recordOf(l upstream.Listing) (record, error) {
@@ -222,6 +238,7 @@ func (c *Cache) recordOf(l upstream.Listing) (record, error) {
 	return record{
 		revision:   l.Revision,
 		freshUntil: c.until(c.cfg.Fresh),
+		id:         l.ID,
 		firmID:     l.FirmID,
 		kind:       k,
 		etag:       etagOf(body),
@@ -238,7 +255,7 @@ func (c *Cache) fresh(r record) bool {
 }
 
 func (r record) entry(s State) Entry {
-	return Entry{Body: r.body, ETag: r.etag, FirmID: r.firmID, Active: r.kind == kindActive, State: s}
+	return Entry{ID: r.id, Body: r.body, ETag: r.etag, FirmID: r.firmID, Active: r.kind == kindActive, State: s, FreshUntil: r.freshUntil}
 }
 
 // lookup reads a key from the tier. Errors and corrupt values are misses.

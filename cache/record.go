@@ -11,7 +11,7 @@ import (
 // A record is the value stored under a cache key: a one-line text header
 // and then the response body, so a hit needs no JSON encoding.
 //
-//	v1 <revision> <freshUntilUnixMs> <firmId> <a|p|x> <etag>\n<body>
+//	v1 <revision> <freshUntilUnixMs> <id> <firmId> <a|p|x> <etag>\n<body>
 //
 // a is an active listing, p a passive one and x a cached "absent". The
 // revision comes first so that the Lua guard can read it with one match.
@@ -28,6 +28,7 @@ const (
 type record struct {
 	revision   int64
 	freshUntil int64 // unix milliseconds
+	id         int64
 	firmID     int64
 	kind       kind
 	etag       []byte
@@ -53,6 +54,8 @@ func (r record) encode() []byte {
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, r.freshUntil, 10)
 	b = append(b, ' ')
+	b = strconv.AppendInt(b, r.id, 10)
+	b = append(b, ' ')
 	b = strconv.AppendInt(b, r.firmID, 10)
 	b = append(b, ' ', byte(r.kind), ' ')
 	b = append(b, r.etag...)
@@ -68,7 +71,7 @@ func decodeRecord(b []byte) (record, error) {
 		return record{}, errCorrupt
 	}
 	fields := bytes.Fields(head)
-	if len(fields) != 6 || string(fields[0]) != recordVersion || len(fields[4]) != 1 {
+	if len(fields) != 7 || string(fields[0]) != recordVersion || len(fields[5]) != 1 {
 		return record{}, errCorrupt
 	}
 	var r record
@@ -79,11 +82,14 @@ func decodeRecord(b []byte) (record, error) {
 	if r.freshUntil, err = strconv.ParseInt(string(fields[2]), 10, 64); err != nil {
 		return record{}, errCorrupt
 	}
-	if r.firmID, err = strconv.ParseInt(string(fields[3]), 10, 64); err != nil {
+	if r.id, err = strconv.ParseInt(string(fields[3]), 10, 64); err != nil {
 		return record{}, errCorrupt
 	}
-	r.kind = kind(fields[4][0])
-	r.etag = fields[5]
+	if r.firmID, err = strconv.ParseInt(string(fields[4]), 10, 64); err != nil {
+		return record{}, errCorrupt
+	}
+	r.kind = kind(fields[5][0])
+	r.etag = fields[6]
 	r.body = body
 	switch r.kind {
 	case kindActive, kindPassive:

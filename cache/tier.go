@@ -9,8 +9,6 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/realty-gateway/gateway/upstream"
 )
 
 // tier is where records are kept. get returns nil, nil on a miss. set
@@ -104,13 +102,4 @@ func (t *localTier) set(_ context.Context, name string, r record, _ time.Duratio
 func (t *localTier) del(_ context.Context, name string) error {
 	t.lru.Remove(name)
 	return nil
-}
-
-// Invalidate removes both keys of a listing, so the next read of either
-// form loads it from the store.
-func (c *Cache) Invalidate(ctx context.Context, l upstream.Listing) error {
-	return errors.Join(
-		c.tier.del(ctx, ByID(l.ID).name(c.cfg.Prefix)),
-		c.tier.del(ctx, ByNumber(l.FirmID, l.No).name(c.cfg.Prefix)),
-	)
 }

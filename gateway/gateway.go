@@ -20,9 +20,29 @@ import (
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// Listings serves listings by key, from cache or store.
+// Listings reads listings from cache or store, and writes them through to
+// the store and both cache keys.
 type Listings interface {
 	Get(ctx context.Context, k cache.Key) (cache.Entry, error)
+	ID(ctx context.Context, k cache.Key) (int64, error)
+	Create(ctx context.Context, l upstream.Listing) (upstream.Listing, cache.Entry, error)
+	Replace(ctx context.Context, l upstream.Listing) (upstream.Listing, cache.Entry, error)
+	Delete(ctx context.Context, firmID, id int64) error
+}
+
+// Purger asks a CDN to drop what it holds under surrogate keys. It must
+// not block.
+type Purger interface {
+	Purge(keys ...string)
+}
+
+// CDN configures responses for a CDN in front of the gateway.
+type CDN struct {
+	// Enabled marks active listings public for shared caches.
+	Enabled              bool
+	SMaxAge              time.Duration
+	StaleWhileRevalidate time.Duration
+	StaleIfError         time.Duration
 }
 
 // Accounts finds firms and users for login.
@@ -54,6 +74,11 @@ type Config struct {
 	// a login waits for a slot before a 503.
 	HashConcurrency int
 	HashWait        time.Duration
+
+	// MaxAge is how long browsers may reuse a listing without asking; 0
+	// means they revalidate each time with the ETag.
+	MaxAge time.Duration
+	CDN    CDN
 }
 
 // Server holds the gateway's dependencies.
@@ -61,6 +86,7 @@ type Server struct {
 	cfg               Config
 	listings          Listings
 	accounts          Accounts
+	purger            Purger
 	log               *slog.Logger
 	hashing           *semaphore.Weighted
 	dummyHash         string
@@ -69,7 +95,7 @@ type Server struct {
 
 // New builds a Server. It hashes one random password for the dummy
 // verification of unknown accounts.
-func New(cfg Config, listings Listings, accounts Accounts, log *slog.Logger) (*Server, error) {
+func New(cfg Config, listings Listings, accounts Accounts, purger Purger, log *slog.Logger) (*Server, error) {
 	if len(cfg.Keys) == 0 {
 		return nil, errors.New("gateway: no signing key")
 	}
@@ -85,10 +111,11 @@ func New(cfg Config, listings Listings, accounts Accounts, log *slog.Logger) (*S
 		cfg:               cfg,
 		listings:          listings,
 		accounts:          accounts,
+		purger:            purger,
 		log:               log,
 		hashing:           newHashing(cfg.HashConcurrency),
 		dummyHash:         dummy,
-		retryAfterSeconds: max(1, int((cfg.RetryAfter+time.Second-1)/time.Second)),
+		retryAfterSeconds: seconds(cfg.RetryAfter, 1),
 	}, nil
 }
 
@@ -107,8 +134,12 @@ func (s *Server) App() *fiber.App {
 		DisableStartupMessage: true,
 	})
 	app.Use(s.deadline)
+	auth := s.requireToken()
 	app.Post("/auth/login", s.login)
-	app.Get("/realty/:ref", s.requireToken(), s.view)
+	app.Post("/realty", auth, s.create)
+	app.Get("/realty/:ref", auth, s.view)
+	app.Put("/realty/:ref", auth, s.replace)
+	app.Delete("/realty/:ref", auth, s.remove)
 	return app
 }
 
@@ -119,3 +150,14 @@ func (s *Server) deadline(c *fiber.Ctx) error {
 	c.SetUserContext(ctx)
 	return c.Next()
 }
+
+// seconds rounds d up to whole seconds, at least lowest.
+func seconds(d time.Duration, lowest int) int {
+	return max(lowest, int((d+time.Second-1)/time.Second))
+}
+
+// NoPurge is the Purger when no CDN is configured.
+type NoPurge struct{}
+
+// Purge does nothing.
+func (NoPurge) Purge(...string) {}

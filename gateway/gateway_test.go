@@ -40,10 +40,17 @@ type fixture struct {
 
 func newFixture(t *testing.T) fixture {
 	t.Helper()
-	return newFixtureWithKeys(t, []SigningKey{{ID: "k1", Secret: testSecret}})
+	return newFixtureWith(t, nil, NoPurge{})
 }
 
 func newFixtureWithKeys(t *testing.T, keys []SigningKey) fixture {
+	t.Helper()
+	return newFixtureWith(t, func(c *Config) { c.Keys = keys }, NoPurge{})
+}
+
+// newFixtureWith builds the fixture with a changed configuration and a
+// purger of the test's choice.
+func newFixtureWith(t *testing.T, change func(*Config), purger Purger) fixture {
 	t.Helper()
 	ctx := context.Background()
 	store, err := sqlite.Open(ctx, t.TempDir()+"/gw.db")
@@ -61,8 +68,8 @@ func newFixtureWithKeys(t *testing.T, keys []SigningKey) fixture {
 	_, _ = store.AddUser(ctx, upstream.User{FirmID: f1.ID, Email: "otp@one.example"})
 	_, _ = store.AddUser(ctx, upstream.User{FirmID: f2.ID, Email: "pw@two.example", PasswordHash: hash})
 	if _, err := store.ImportListings(ctx, []upstream.Listing{
-		{FirmID: f1.ID, FirmUserID: u1.ID, Title: "active", IsActive: true},
-		{FirmID: f1.ID, FirmUserID: u1.ID, Title: "passive", IsActive: false},
+		{FirmID: f1.ID, FirmUserID: u1.ID, Title: "active", IsActive: true, CategoryID: ptr(int64(1)), Location: upstream.Location{CityID: ptr(int64(34))}},
+		{FirmID: f1.ID, FirmUserID: u1.ID, Title: "passive", IsActive: false, CategoryID: ptr(int64(1)), Location: upstream.Location{CityID: ptr(int64(34))}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,13 +78,17 @@ func newFixtureWithKeys(t *testing.T, keys []SigningKey) fixture {
 		CallTimeout: time.Second, MaxConcurrent: 4, Window: time.Minute, MinRequests: 20, FailureRatio: 0.5, OpenFor: time.Second,
 	}, log)
 	listings := cache.NewLocal(guarded, 100, cache.Config{Fresh: time.Minute, LoadTimeout: time.Second}, log)
-	srv, err := New(Config{
+	cfg := Config{
 		Issuer: testIssuer, Audience: testAudience,
-		Keys:     keys,
+		Keys:     []SigningKey{{ID: "k1", Secret: testSecret}},
 		TokenTTL: time.Hour, Leeway: 30 * time.Second,
 		RequestTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, IdleTimeout: time.Second,
-		BodyLimit: 4096, HeaderLimit: 8192, RetryAfter: 5 * time.Second, HashConcurrency: 2, HashWait: time.Second,
-	}, listings, guarded, log)
+		BodyLimit: 1 << 20, HeaderLimit: 8192, RetryAfter: 5 * time.Second, HashConcurrency: 2, HashWait: time.Second,
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	srv, err := New(cfg, listings, guarded, purger, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,3 +378,5 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatalf("issued kid = %v (err %v), want the first key's", parsed.Header["kid"], err)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -80,7 +80,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 		return badRequest("A non-empty User-Agent header is required.")
 	}
 	if !isJSON(c.Get(fiber.HeaderContentType)) {
-		return &problem{status: fiber.StatusUnsupportedMediaType, detail: "Content-Type must be application/json."}
+		return errNotJSON
 	}
 	req, err := decodeLogin(c.Body())
 	if err != nil {

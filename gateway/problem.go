@@ -33,6 +33,8 @@ type problemBody struct {
 	Status   int    `json:"status"`
 	Detail   string `json:"detail,omitempty"`
 	Instance string `json:"instance,omitempty"`
+	// Errors names each bad member of a rejected listing body.
+	Errors []upstream.FieldError `json:"errors,omitempty"`
 }
 
 // statusOf is the one table from errors to status codes, with the detail
@@ -43,6 +45,10 @@ func statusOf(err error) (int, string) {
 	switch {
 	case errors.As(err, &p):
 		return p.status, p.detail
+	case errors.Is(err, upstream.ErrInvalid):
+		return fiber.StatusUnprocessableEntity, "The listing is not valid; see errors."
+	case errors.Is(err, upstream.ErrConflict):
+		return fiber.StatusConflict, "The listing number is already used by this firm."
 	case errors.Is(err, upstream.ErrNotFound):
 		return fiber.StatusNotFound, "No such listing."
 	case errors.Is(err, upstream.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
@@ -71,10 +77,6 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	if status >= fiber.StatusInternalServerError {
 		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", status, "err", err)
 	}
-	return sendProblem(c, status, detail)
-}
-
-func sendProblem(c *fiber.Ctx, status int, detail string) error {
 	body := problemBody{
 		Type:     "about:blank",
 		Title:    http.StatusText(status),
@@ -82,7 +84,12 @@ func sendProblem(c *fiber.Ctx, status int, detail string) error {
 		Detail:   detail,
 		Instance: c.Path(),
 	}
+	var invalid *upstream.ValidationError
+	if errors.As(err, &invalid) {
+		body.Errors = invalid.Fields
+	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
+	c.Response().Header.Del(fiber.HeaderETag)
 	if err := c.Status(status).JSON(body); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -38,10 +39,12 @@ func parseID(s string) (int64, bool) {
 	return n, err == nil
 }
 
+var errBadPath = badRequest("The path must be /realty/{id} or /realty/{firmId}-{no}, with positive decimal numbers.")
+
 func (s *Server) view(c *fiber.Ctx) error {
 	key, ok := parseRef(c.Params("ref"))
 	if !ok {
-		return badRequest("The path must be /realty/{id} or /realty/{firmId}-{no}, with positive decimal numbers.")
+		return errBadPath
 	}
 	e, err := s.listings.Get(c.UserContext(), key)
 	if err != nil {
@@ -50,15 +53,57 @@ func (s *Server) view(c *fiber.Ctx) error {
 	if !e.Active && e.FirmID != principalOf(c).FirmID {
 		return upstream.ErrNotFound
 	}
+	s.cacheHeaders(c, e)
 	c.Set("X-Cache", e.State.String())
-	c.Set(fiber.HeaderCacheControl, "private, no-cache")
-	c.Set(fiber.HeaderETag, string(e.ETag))
-	c.Set(fiber.HeaderVary, fiber.HeaderAuthorization)
+	c.Set("Cache-Status", cacheStatus(e, time.Now()))
 	if etagMatches(c.Request().Header.Peek(fiber.HeaderIfNoneMatch), e.ETag) {
 		return c.SendStatus(fiber.StatusNotModified)
 	}
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Send(e.Body)
+}
+
+// cacheHeaders says who may keep a listing response. By default only the
+// browser, revalidating with the ETag (RFC 9111: a shared cache must not
+// reuse a response to a request with Authorization unless it is marked
+// public). In CDN mode active listings are public and tagged for purging;
+// passive listings never are.
+func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry) {
+	c.Set(fiber.HeaderETag, string(e.ETag))
+	if s.cfg.CDN.Enabled && e.Active {
+		cdn := s.cfg.CDN
+		c.Set(fiber.HeaderCacheControl, "public, max-age="+strconv.Itoa(seconds(s.cfg.MaxAge, 0))+
+			", s-maxage="+strconv.Itoa(seconds(cdn.SMaxAge, 0))+
+			", stale-while-revalidate="+strconv.Itoa(seconds(cdn.StaleWhileRevalidate, 0))+
+			", stale-if-error="+strconv.Itoa(seconds(cdn.StaleIfError, 0)))
+		keys := surrogateKeys(e.ID, e.FirmID)
+		c.Set("Surrogate-Key", strings.Join(keys, " "))
+		c.Set("Cache-Tag", strings.Join(keys, ","))
+		return
+	}
+	if s.cfg.MaxAge > 0 {
+		c.Set(fiber.HeaderCacheControl, "private, max-age="+strconv.Itoa(seconds(s.cfg.MaxAge, 0)))
+	} else {
+		c.Set(fiber.HeaderCacheControl, "private, no-cache")
+	}
+	c.Set(fiber.HeaderVary, fiber.HeaderAuthorization)
+}
+
+func surrogateKeys(id, firmID int64) []string {
+	return []string{"realty-" + strconv.FormatInt(id, 10), "firm-" + strconv.FormatInt(firmID, 10)}
+}
+
+// cacheStatus is the RFC 9211 Cache-Status of a listing response.
+func cacheStatus(e cache.Entry, now time.Time) string {
+	const name = "realty-gateway"
+	switch e.State {
+	case cache.Hit:
+		return name + "; hit; ttl=" + strconv.FormatInt((e.FreshUntil-now.UnixMilli())/1000, 10)
+	case cache.Stale:
+		return name + "; hit; ttl=" + strconv.FormatInt(min(-1, (e.FreshUntil-now.UnixMilli())/1000), 10) + `; detail="stale-if-error"`
+	default:
+		return name + "; fwd=miss; stored"
+	}
 }
 
 // etagMatches applies If-None-Match's weak comparison (RFC 9110 §13.1.2).
@@ -73,4 +118,82 @@ func etagMatches(header, etag []byte) bool {
 		}
 	}
 	return false
+}
+
+var errNotJSON = &problem{status: fiber.StatusUnsupportedMediaType, detail: "Content-Type must be application/json."}
+
+// decodeBody reads a listing body for POST and PUT.
+func decodeBody(c *fiber.Ctx) (upstream.Listing, error) {
+	if !isJSON(c.Get(fiber.HeaderContentType)) {
+		return upstream.Listing{}, errNotJSON
+	}
+	return upstream.DecodeListing(c.Body(), false)
+}
+
+func (s *Server) create(c *fiber.Ctx) error {
+	l, err := decodeBody(c)
+	if err != nil {
+		return err
+	}
+	p := principalOf(c)
+	l.FirmID, l.FirmUserID = p.FirmID, p.FirmUserID
+	stored, e, err := s.listings.Create(c.UserContext(), l)
+	if err != nil {
+		return err
+	}
+	s.purger.Purge(surrogateKeys(stored.ID, stored.FirmID)...)
+	c.Location("/realty/" + strconv.FormatInt(stored.ID, 10))
+	return s.sendWritten(c.Status(fiber.StatusCreated), e)
+}
+
+// owned resolves a write's path to a listing id of the token's firm. Other
+// firms' listings are 404, so their existence does not leak.
+func (s *Server) owned(c *fiber.Ctx) (int64, error) {
+	key, ok := parseRef(c.Params("ref"))
+	if !ok {
+		return 0, errBadPath
+	}
+	if key.ID == 0 && key.FirmID != principalOf(c).FirmID {
+		return 0, upstream.ErrNotFound
+	}
+	return s.listings.ID(c.UserContext(), key)
+}
+
+func (s *Server) replace(c *fiber.Ctx) error {
+	id, err := s.owned(c)
+	if err != nil {
+		return err
+	}
+	l, err := decodeBody(c)
+	if err != nil {
+		return err
+	}
+	l.ID, l.FirmID = id, principalOf(c).FirmID
+	stored, e, err := s.listings.Replace(c.UserContext(), l)
+	if err != nil {
+		return err
+	}
+	s.purger.Purge(surrogateKeys(stored.ID, stored.FirmID)...)
+	return s.sendWritten(c, e)
+}
+
+func (s *Server) remove(c *fiber.Ctx) error {
+	id, err := s.owned(c)
+	if err != nil {
+		return err
+	}
+	firmID := principalOf(c).FirmID
+	if err := s.listings.Delete(c.UserContext(), firmID, id); err != nil {
+		return err
+	}
+	s.purger.Purge(surrogateKeys(id, firmID)...)
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+// sendWritten answers a write with the stored listing.
+func (s *Server) sendWritten(c *fiber.Ctx, e cache.Entry) error {
+	c.Set(fiber.HeaderETag, string(e.ETag))
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Send(e.Body)
 }

@@ -30,10 +30,12 @@ type BreakerConfig struct {
 	HalfOpenProbes uint32
 }
 
-// Guarded wraps the read side of a Store with a deadline, a bulkhead and a
-// circuit breaker. It translates every failure into ErrUnavailable, keeps
-// ErrNotFound as it is, and passes a caller's cancellation through without
-// counting it against the store.
+// Guarded wraps the calls of a Store that serve requests with a deadline,
+// a bulkhead and a circuit breaker. It keeps the domain answers (ErrNotFound,
+// ErrConflict, ErrInvalid) as they are, translates every other failure into
+// ErrUnavailable, and passes a caller's cancellation through without
+// counting it against the store. While the breaker is open, calls
+// fail at once without waiting for a bulkhead slot.
 type Guarded struct {
 	store   Store
 	cb      *gobreaker.CircuitBreaker[any]
@@ -51,13 +53,17 @@ func NewGuarded(store Store, cfg BreakerConfig, log *slog.Logger) *Guarded {
 		BucketPeriod: cfg.Bucket,
 		Timeout:      cfg.OpenFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.Requests >= minRequests && float64(c.TotalFailures) >= ratio*float64(c.Requests)
+			// Requests also counts calls still running; only finished
+			// ones make the ratio.
+			finished := c.TotalSuccesses + c.TotalFailures
+			return finished >= minRequests && float64(c.TotalFailures) >= ratio*float64(finished)
 		},
 		IsSuccessful: func(err error) bool {
-			return err == nil || errors.Is(err, ErrNotFound)
+			// The store answered: only failures to answer count.
+			return err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrInvalid)
 		},
 		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled)
+			return errors.Is(err, errCallerGone)
 		},
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			log.Warn("breaker state changed", "breaker", name, "from", from.String(), "to", to.String())
@@ -104,16 +110,24 @@ func (g *Guarded) UserByEmail(ctx context.Context, firmID int64, email string) (
 	})
 }
 
-func guard[T any](ctx context.Context, g *Guarded, call func(context.Context) (T, error)) (T, error) {
+// errCallerGone marks a call that ended because its caller cancelled it:
+// not the store's fault, so the breaker excludes it. A caller's deadline
+// does count: the store was slower than the caller could wait.
+var errCallerGone = errors.New("caller gone")
+
+func guard[T any](parent context.Context, g *Guarded, call func(context.Context) (T, error)) (T, error) {
 	var zero T
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	if g.Open() {
+		return zero, fmt.Errorf("%w: %w", ErrUnavailable, gobreaker.ErrOpenState)
+	}
+	ctx, cancel := context.WithTimeout(parent, g.timeout)
 	defer cancel()
 
 	select {
 	case g.slots <- struct{}{}:
 	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.Canceled) {
-			return zero, ctx.Err()
+		if errors.Is(parent.Err(), context.Canceled) {
+			return zero, parent.Err()
 		}
 		return zero, fmt.Errorf("store bulkhead full: %w", ErrUnavailable)
 	}
@@ -121,18 +135,40 @@ func guard[T any](ctx context.Context, g *Guarded, call func(context.Context) (T
 
 	v, err := g.cb.Execute(func() (any, error) {
 		v, err := call(ctx)
-		if err != nil && errors.Is(ctx.Err(), context.Canceled) {
-			// The caller went away: not the store's fault.
-			return v, ctx.Err()
+		if err != nil && errors.Is(parent.Err(), context.Canceled) {
+			return v, fmt.Errorf("%w: %w", errCallerGone, parent.Err())
 		}
 		return v, err
 	})
 	switch {
 	case err == nil:
 		return v.(T), nil
-	case errors.Is(err, ErrNotFound), errors.Is(err, context.Canceled):
+	case errors.Is(err, errCallerGone):
+		return zero, parent.Err()
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrConflict), errors.Is(err, ErrInvalid):
 		return zero, err
 	default:
 		return zero, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+}
+
+// ImportListings stores new listings; see Store.
+func (g *Guarded) ImportListings(ctx context.Context, ls []Listing) ([]Listing, error) {
+	return guard(ctx, g, func(ctx context.Context) ([]Listing, error) {
+		return g.store.ImportListings(ctx, ls)
+	})
+}
+
+// UpdateListing replaces a listing; see Store.
+func (g *Guarded) UpdateListing(ctx context.Context, l Listing) (Listing, error) {
+	return guard(ctx, g, func(ctx context.Context) (Listing, error) {
+		return g.store.UpdateListing(ctx, l)
+	})
+}
+
+// DeleteListing deletes a listing; see Store.
+func (g *Guarded) DeleteListing(ctx context.Context, firmID, id int64) (Listing, error) {
+	return guard(ctx, g, func(ctx context.Context) (Listing, error) {
+		return g.store.DeleteListing(ctx, firmID, id)
+	})
 }

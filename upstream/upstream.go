@@ -145,14 +145,25 @@ func ListingNumber(firmID, no int64) string {
 	return strconv.FormatInt(firmID, 10) + "-" + strconv.FormatInt(no, 10)
 }
 
-// Normalize fills the derived members and turns absent arrays into empty
-// ones, so that every member of the spec is present in the response.
+// Normalize fills the derived members, gives files without an id the next
+// free one, and turns absent arrays into empty ones, so that every member
+// of the spec is present in the response.
 // attributes.title and attributes.note mirror the top-level members when
 // they are not given on their own.
 func (l *Listing) Normalize() {
 	l.ListingID = ListingNumber(l.FirmID, l.No)
 	if l.RealtyFiles == nil {
 		l.RealtyFiles = []RealtyFile{}
+	}
+	var maxFileID int64
+	for _, f := range l.RealtyFiles {
+		maxFileID = max(maxFileID, f.ID)
+	}
+	for i := range l.RealtyFiles {
+		if l.RealtyFiles[i].ID == 0 {
+			maxFileID++
+			l.RealtyFiles[i].ID = maxFileID
+		}
 	}
 	if l.Attributes.Title == nil {
 		title := l.Title
@@ -208,8 +219,21 @@ type Store interface {
 	AddUser(ctx context.Context, u User) (User, error)
 	// ImportListings stores new listings atomically: all or none. It keeps
 	// the given id and no, assigns those that are zero, and returns the
-	// stored listings. A bad entry is reported as *ImportError.
+	// stored listings. A bad entry is reported as *ImportError. It is also
+	// the create path of POST /realty, with one listing.
 	ImportListings(ctx context.Context, ls []Listing) ([]Listing, error)
+	// UpdateListing replaces the listing l.ID of firm l.FirmID. It keeps
+	// no, firmUserId and createdDate, sets updatedDate to now, raises the
+	// revision by one and returns the stored listing. A listing that does
+	// not exist, is deleted or belongs to another firm is ErrNotFound; a
+	// non-zero l.No that differs from the stored one is a
+	// *ValidationError for field "no".
+	UpdateListing(ctx context.Context, l Listing) (Listing, error)
+	// DeleteListing deletes listing id of firm firmID, leaving a tombstone
+	// so that its id and number are never used again, and returns the
+	// deleted listing with its revision raised by one. Later reads are
+	// ErrNotFound; so is a missing, deleted or foreign listing.
+	DeleteListing(ctx context.Context, firmID, id int64) (Listing, error)
 
 	// Empty reports whether the store holds no firm at all.
 	Empty(ctx context.Context) (bool, error)

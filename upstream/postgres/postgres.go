@@ -1,18 +1,26 @@
 // Package postgres is the upstream.Store on PostgreSQL, through a pgx v5
-// connection pool. It owns its schema (schema.sql, embedded and applied at
-// Open under an advisory lock) and translates the driver's errors into the
-// domain errors of package upstream.
+// connection pool. It owns its schema: the numbered steps in migrations/,
+// embedded, of which Open applies those the database lacks, each in a
+// transaction of its own under an advisory lock that also records it in the
+// table schema_version. It translates the driver's errors into the domain
+// errors of package upstream.
+//
+// A deleted listing stays as a tombstone row (deleted = true): reads skip
+// it, while imports still count its id and number as taken.
 //
 // Concurrency: a Store is safe for concurrent use. Imports lock the listings
-// table against each other, so two of them never pick the same id or number.
+// table against each other, so two of them never pick the same id or number;
+// an update locks its row (SELECT ... FOR UPDATE) until it commits.
 package postgres
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -24,10 +32,38 @@ import (
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-//go:embed schema.sql
-var schema string
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
 
-// migrationLock is the pg_advisory_xact_lock key held while the schema is
+// migrations are the schema steps in order: applying migrations[i] brings a
+// database from version i to i+1. Version 0 (no schema_version rows) is also
+// what databases made before versioning are at; step 1 is their schema,
+// kept idempotent.
+var migrations = mustLoadSteps(migrationFiles, "migrations")
+
+// mustLoadSteps reads the files NNNN_name.sql of dir, which must be numbered
+// 1, 2, 3... in order.
+func mustLoadSteps(fsys fs.FS, dir string) []string {
+	names, err := fs.Glob(fsys, dir+"/*.sql")
+	if err != nil {
+		panic(err)
+	}
+	steps := make([]string, len(names)) // fs.Glob sorts the names
+	for i, name := range names {
+		num, _, _ := strings.Cut(path.Base(name), "_")
+		if n, err := strconv.Atoi(num); err != nil || n != i+1 {
+			panic(fmt.Sprintf("migration %s: want step number %d", name, i+1))
+		}
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			panic(err)
+		}
+		steps[i] = string(b)
+	}
+	return steps
+}
+
+// migrationLock is the pg_advisory_xact_lock key held while a schema step is
 // applied, so that processes starting at once do not race.
 const migrationLock = 0x6761_7465_7761_7901 // "gateway" + 1
 
@@ -50,7 +86,8 @@ type Store struct {
 
 var _ upstream.Store = (*Store)(nil)
 
-// Open connects to the database at url and applies the schema.
+// Open connects to the database at url and brings its schema up to date. A
+// database whose schema is newer than this build knows is an error.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -74,16 +111,53 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	return &Store{pool: pool}, nil
 }
 
+// migrate applies the missing steps one by one, each in a transaction.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
+	for {
+		var done bool
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			done, err = migrateStep(ctx, tx)
+			return err
+		})
+		if err != nil || done {
 			return err
 		}
-		// Without arguments Exec uses the simple protocol, which runs
-		// several statements.
-		_, err := tx.Exec(ctx, schema)
-		return err
-	})
+	}
+}
+
+// migrateStep applies the step after the database's version and records
+// it, under the advisory lock. It reports done when the database is up to
+// date.
+func migrateStep(ctx context.Context, tx pgx.Tx) (done bool, err error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
+		return false, err
+	}
+	_, err = tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+		version    INTEGER     PRIMARY KEY,
+		applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+	)`)
+	if err != nil {
+		return false, fmt.Errorf("create schema_version: %w", err)
+	}
+	var version int
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&version); err != nil {
+		return false, fmt.Errorf("read schema version: %w", err)
+	}
+	switch {
+	case version > len(migrations):
+		return false, fmt.Errorf("schema version %d is newer than this build knows (%d)", version, len(migrations))
+	case version == len(migrations):
+		return true, nil
+	}
+	// Without arguments Exec uses the simple protocol, which runs several
+	// statements.
+	if _, err := tx.Exec(ctx, migrations[version]); err != nil {
+		return false, fmt.Errorf("schema step %d: %w", version+1, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (version) VALUES ($1)`, version+1); err != nil {
+		return false, fmt.Errorf("schema step %d: record version: %w", version+1, err)
+	}
+	return false, nil
 }
 
 // rollback ends tx when err is set, adding the rollback's own failure.
@@ -97,9 +171,9 @@ func rollback(ctx context.Context, tx pgx.Tx, err error) error {
 	return err
 }
 
-// ListingByID returns the listing with this id.
+// ListingByID returns the listing with this id, unless it is deleted.
 func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, error) {
-	row := s.pool.QueryRow(ctx, `SELECT revision, document FROM listings WHERE id = $1`, id)
+	row := s.pool.QueryRow(ctx, `SELECT revision, document FROM listings WHERE id = $1 AND NOT deleted`, id)
 	l, err := scanListing(row)
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("listing %d: %w", id, err)
@@ -107,10 +181,11 @@ func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, er
 	return l, nil
 }
 
-// ListingByNumber returns the listing with this firm and number.
+// ListingByNumber returns the listing with this firm and number, unless it
+// is deleted.
 func (s *Store) ListingByNumber(ctx context.Context, firmID, no int64) (upstream.Listing, error) {
 	row := s.pool.QueryRow(ctx,
-		`SELECT revision, document FROM listings WHERE firm_id = $1 AND no = $2`, firmID, no)
+		`SELECT revision, document FROM listings WHERE firm_id = $1 AND no = $2 AND NOT deleted`, firmID, no)
 	l, err := scanListing(row)
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("listing %s: %w", upstream.ListingNumber(firmID, no), err)
@@ -132,6 +207,71 @@ func scanListing(row pgx.Row) (upstream.Listing, error) {
 	}
 	l.Revision = revision
 	l.Normalize()
+	return l, nil
+}
+
+// UpdateListing replaces listing l.ID of firm l.FirmID in one transaction,
+// which locks the row from the read on.
+func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing) (_ upstream.Listing, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d: %w", l.ID, err)
+	}
+	defer func() { err = rollback(ctx, tx, err) }()
+
+	row := tx.QueryRow(ctx,
+		`SELECT revision, document FROM listings WHERE id = $1 AND firm_id = $2 AND NOT deleted FOR UPDATE`,
+		l.ID, l.FirmID)
+	stored, err := scanListing(row)
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d of firm %d: %w", l.ID, l.FirmID, err)
+	}
+	l, err = replace(stored, l, time.Now().UnixMilli())
+	if err != nil {
+		return upstream.Listing{}, err
+	}
+	doc, err := json.Marshal(l)
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d: encode: %w", l.ID, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE listings SET is_active = $1, revision = $2, document = $3 WHERE id = $4`,
+		l.IsActive, l.Revision, string(doc), l.ID); err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d: %w", l.ID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d: commit: %w", l.ID, err)
+	}
+	return l, nil
+}
+
+// replace returns l as the next version of stored, written at now (epoch
+// ms): id, firm, number, user and createdDate are the stored ones, and
+// updatedDate and revision grow. A different non-zero number is invalid.
+func replace(stored, l upstream.Listing, now int64) (upstream.Listing, error) {
+	if l.No != 0 && l.No != stored.No {
+		return upstream.Listing{}, upstream.Invalid("no", "cannot be changed")
+	}
+	l.ID, l.FirmID, l.No = stored.ID, stored.FirmID, stored.No
+	l.FirmUserID, l.CreatedDate = stored.FirmUserID, stored.CreatedDate
+	l.UpdatedDate = max(now, stored.UpdatedDate+1)
+	l.Revision = stored.Revision + 1
+	l.Normalize()
+	return l, nil
+}
+
+// DeleteListing turns listing id of firm firmID into a tombstone, in one
+// statement, and returns it as it was with the raised revision. Of two
+// deletes at once, the second waits for the first's row lock and then finds
+// the row deleted.
+func (s *Store) DeleteListing(ctx context.Context, firmID, id int64) (upstream.Listing, error) {
+	row := s.pool.QueryRow(ctx,
+		`UPDATE listings SET deleted = true, revision = revision + 1
+		 WHERE id = $1 AND firm_id = $2 AND NOT deleted
+		 RETURNING revision, document`, id, firmID)
+	l, err := scanListing(row)
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("delete listing %d of firm %d: %w", id, firmID, err)
+	}
 	return l, nil
 }
 
@@ -223,6 +363,8 @@ func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) (_ []
 		users: map[int64]int64{},
 		seen:  map[[2]int64]bool{},
 	}
+	// Here and below, tombstones count: a deleted listing's id and number
+	// are never given out again.
 	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&im.ids.stored); err != nil {
 		return nil, fmt.Errorf("import: %w", err)
 	}

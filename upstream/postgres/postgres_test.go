@@ -2,8 +2,15 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
@@ -58,5 +65,133 @@ func TestOpenConcurrently(t *testing.T) {
 	wg.Wait()
 	for _, err := range errs {
 		t.Errorf("Open: %v", err)
+	}
+}
+
+// execAll runs statements on the database at url, outside any store.
+func execAll(t *testing.T, url string, stmts ...string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for _, stmt := range stmts {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("exec: %v", err)
+		}
+	}
+}
+
+// schemaVersions lists the versions recorded in schema_version.
+func schemaVersions(t *testing.T, url string) []int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT version FROM schema_version ORDER BY version`)
+	if err != nil {
+		t.Fatalf("read schema_version: %v", err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		t.Fatalf("read schema_version: %v", err)
+	}
+	return versions
+}
+
+// TestUpgradeUnversioned opens a database made by the release before schema
+// versioning (its schema.sql, no schema_version) that holds a listing, and
+// checks that the listing survives and can be deleted.
+func TestUpgradeUnversioned(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.PostgresURL(t)
+	oldSchema, err := os.ReadFile("testdata/schema_v1.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := upstream.Listing{ID: 7, No: 3, Title: "Old flat", FirmID: 1, FirmUserID: 1, CreatedDate: 1000, UpdatedDate: 2000}
+	old.Normalize()
+	doc, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, url,
+		string(oldSchema),
+		`INSERT INTO firms (id, name, key_digest) VALUES (1, 'Firm A', '\x01')`,
+		`INSERT INTO firm_users (id, firm_id, email) VALUES (1, 1, 'alice@example.com')`,
+		`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
+		 VALUES (7, 1, 3, 1, false, 1, '`+string(doc)+`')`,
+	)
+
+	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if got, err := s.ListingByNumber(ctx, 1, 3); err != nil || got.Title != old.Title || got.Revision != 1 {
+		t.Fatalf("ListingByNumber() after the upgrade = %+v, %v; want %+v", got, err, old)
+	}
+	deleted, err := s.DeleteListing(ctx, 1, 7)
+	if err != nil || deleted.ID != 7 || deleted.No != 3 || deleted.Revision != 2 {
+		t.Fatalf("DeleteListing() = %+v, %v; want listing 7, no 3, revision 2", deleted, err)
+	}
+	if _, err := s.ListingByID(ctx, 7); !errors.Is(err, upstream.ErrNotFound) {
+		t.Fatalf("ListingByID() after the delete: error = %v; want ErrNotFound", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := schemaVersions(t, url); !reflect.DeepEqual(got, []int{1, 2}) {
+		t.Fatalf("schema_version after the upgrade = %v; want [1 2]", got)
+	}
+
+	// Reopening applies nothing and keeps the tombstone.
+	s, err = postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatalf("Open again: %v", err)
+	}
+	defer s.Close()
+	if _, err := s.ListingByNumber(ctx, 1, 3); !errors.Is(err, upstream.ErrNotFound) {
+		t.Fatalf("ListingByNumber() after reopening: error = %v; want ErrNotFound", err)
+	}
+	_, err = s.ImportListings(ctx, []upstream.Listing{{ID: 7, Title: "New", FirmID: 1, FirmUserID: 1}})
+	if !errors.Is(err, upstream.ErrConflict) {
+		t.Fatalf("import of the deleted id: error = %v; want ErrConflict", err)
+	}
+	if got := schemaVersions(t, url); !reflect.DeepEqual(got, []int{1, 2}) {
+		t.Fatalf("schema_version after reopening = %v; want [1 2]", got)
+	}
+}
+
+func TestNewDatabaseVersion(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	s, err := postgres.Open(context.Background(), url, postgres.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := schemaVersions(t, url); !reflect.DeepEqual(got, []int{1, 2}) {
+		t.Fatalf("schema_version of a new database = %v; want [1 2]", got)
+	}
+}
+
+func TestOpenNewerSchema(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	execAll(t, url,
+		`CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
+		`INSERT INTO schema_version (version) VALUES (99)`)
+	s, err := postgres.Open(context.Background(), url, postgres.Options{MaxConns: 1})
+	if err == nil {
+		s.Close()
+		t.Fatal("Open of a database at schema version 99 succeeded; want an error")
+	}
+	if !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("Open error = %v; want it to say the schema is newer", err)
 	}
 }

@@ -1,7 +1,11 @@
 // Package sqlite is the upstream.Store on an SQLite file, through the pure-Go
-// driver modernc.org/sqlite. It owns its schema (schema.sql, embedded and
-// applied at Open) and translates the driver's errors into the domain errors
-// of package upstream.
+// driver modernc.org/sqlite. It owns its schema: the numbered steps in
+// migrations/, embedded, of which Open applies those the file lacks, each in
+// a transaction of its own that also records it in PRAGMA user_version. It
+// translates the driver's errors into the domain errors of package upstream.
+//
+// A deleted listing stays as a tombstone row (deleted = 1): reads skip it,
+// while imports still count its id and number as taken.
 //
 // Concurrency: a Store is safe for concurrent use. The file is in WAL mode,
 // so reads run alongside a write; every transaction takes the write lock at
@@ -11,12 +15,15 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,8 +32,35 @@ import (
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-//go:embed schema.sql
-var schema string
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migrations are the schema steps in order: applying migrations[i] brings a
+// database from user_version i to i+1. Version 0 is also what files made
+// before versioning are at; step 1 is their schema, kept idempotent.
+var migrations = mustLoadSteps(migrationFiles, "migrations")
+
+// mustLoadSteps reads the files NNNN_name.sql of dir, which must be numbered
+// 1, 2, 3... in order.
+func mustLoadSteps(fsys fs.FS, dir string) []string {
+	names, err := fs.Glob(fsys, dir+"/*.sql")
+	if err != nil {
+		panic(err)
+	}
+	steps := make([]string, len(names)) // fs.Glob sorts the names
+	for i, name := range names {
+		num, _, _ := strings.Cut(path.Base(name), "_")
+		if n, err := strconv.Atoi(num); err != nil || n != i+1 {
+			panic(fmt.Sprintf("migration %s: want step number %d", name, i+1))
+		}
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			panic(err)
+		}
+		steps[i] = string(b)
+	}
+	return steps
+}
 
 // dsnParams are applied by the driver to every new connection.
 const dsnParams = "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_txlock=immediate"
@@ -46,7 +80,8 @@ type Store struct {
 var _ upstream.Store = (*Store)(nil)
 
 // Open opens or creates the database file at path, creating its directory
-// when missing, and applies the schema.
+// when missing, and brings its schema up to date. A file whose schema is
+// newer than this build knows is an error.
 func Open(ctx context.Context, path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create directory of %s: %w", path, err)
@@ -62,16 +97,44 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) migrate(ctx context.Context) (err error) {
+// migrate applies the missing steps one by one.
+func (s *Store) migrate(ctx context.Context) error {
+	for {
+		done, err := s.migrateStep(ctx)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// migrateStep applies the step after the file's version and records it, in
+// one transaction that holds the write lock from BEGIN, so that processes
+// opening the file at once apply each step once. It reports done when the
+// file is up to date.
+func (s *Store) migrateStep(ctx context.Context) (done bool, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer func() { err = rollback(tx, err) }()
-	if _, err := tx.ExecContext(ctx, schema); err != nil {
-		return err
+	var version int
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return false, fmt.Errorf("read schema version: %w", err)
 	}
-	return tx.Commit()
+	switch {
+	case version > len(migrations):
+		return false, fmt.Errorf("schema version %d is newer than this build knows (%d)", version, len(migrations))
+	case version == len(migrations):
+		return true, tx.Commit()
+	}
+	if _, err := tx.ExecContext(ctx, migrations[version]); err != nil {
+		return false, fmt.Errorf("schema step %d: %w", version+1, err)
+	}
+	// PRAGMA takes no parameters; version is an int.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, version+1)); err != nil {
+		return false, fmt.Errorf("schema step %d: record version: %w", version+1, err)
+	}
+	return false, tx.Commit()
 }
 
 // rollback ends tx when err is set, adding the rollback's own failure.
@@ -82,9 +145,9 @@ func rollback(tx *sql.Tx, err error) error {
 	return err
 }
 
-// ListingByID returns the listing with this id.
+// ListingByID returns the listing with this id, unless it is deleted.
 func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, error) {
-	row := s.db.QueryRowContext(ctx, `SELECT revision, document FROM listings WHERE id = ?`, id)
+	row := s.db.QueryRowContext(ctx, `SELECT revision, document FROM listings WHERE id = ? AND NOT deleted`, id)
 	l, err := scanListing(row)
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("listing %d: %w", id, err)
@@ -92,10 +155,11 @@ func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, er
 	return l, nil
 }
 
-// ListingByNumber returns the listing with this firm and number.
+// ListingByNumber returns the listing with this firm and number, unless it
+// is deleted.
 func (s *Store) ListingByNumber(ctx context.Context, firmID, no int64) (upstream.Listing, error) {
 	row := s.db.QueryRowContext(ctx,
-		`SELECT revision, document FROM listings WHERE firm_id = ? AND no = ?`, firmID, no)
+		`SELECT revision, document FROM listings WHERE firm_id = ? AND no = ? AND NOT deleted`, firmID, no)
 	l, err := scanListing(row)
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("listing %s: %w", upstream.ListingNumber(firmID, no), err)
@@ -117,6 +181,68 @@ func scanListing(row *sql.Row) (upstream.Listing, error) {
 	}
 	l.Revision = revision
 	l.Normalize()
+	return l, nil
+}
+
+// UpdateListing replaces listing l.ID of firm l.FirmID in one transaction,
+// which holds the write lock from BEGIN.
+func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing) (_ upstream.Listing, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d: %w", l.ID, err)
+	}
+	defer func() { err = rollback(tx, err) }()
+
+	row := tx.QueryRowContext(ctx,
+		`SELECT revision, document FROM listings WHERE id = ? AND firm_id = ? AND NOT deleted`, l.ID, l.FirmID)
+	stored, err := scanListing(row)
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d of firm %d: %w", l.ID, l.FirmID, err)
+	}
+	l, err = replace(stored, l, time.Now().UnixMilli())
+	if err != nil {
+		return upstream.Listing{}, err
+	}
+	doc, err := json.Marshal(l)
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d: encode: %w", l.ID, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE listings SET is_active = ?, revision = ?, document = ? WHERE id = ?`,
+		l.IsActive, l.Revision, string(doc), l.ID); err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d: %w", l.ID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d: commit: %w", l.ID, err)
+	}
+	return l, nil
+}
+
+// replace returns l as the next version of stored, written at now (epoch
+// ms): id, firm, number, user and createdDate are the stored ones, and
+// updatedDate and revision grow. A different non-zero number is invalid.
+func replace(stored, l upstream.Listing, now int64) (upstream.Listing, error) {
+	if l.No != 0 && l.No != stored.No {
+		return upstream.Listing{}, upstream.Invalid("no", "cannot be changed")
+	}
+	l.ID, l.FirmID, l.No = stored.ID, stored.FirmID, stored.No
+	l.FirmUserID, l.CreatedDate = stored.FirmUserID, stored.CreatedDate
+	l.UpdatedDate = max(now, stored.UpdatedDate+1)
+	l.Revision = stored.Revision + 1
+	l.Normalize()
+	return l, nil
+}
+
+// DeleteListing turns listing id of firm firmID into a tombstone, in one
+// statement, and returns it as it was with the raised revision.
+func (s *Store) DeleteListing(ctx context.Context, firmID, id int64) (upstream.Listing, error) {
+	row := s.db.QueryRowContext(ctx,
+		`UPDATE listings SET deleted = 1, revision = revision + 1
+		 WHERE id = ? AND firm_id = ? AND NOT deleted
+		 RETURNING revision, document`, id, firmID)
+	l, err := scanListing(row)
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("delete listing %d of firm %d: %w", id, firmID, err)
+	}
 	return l, nil
 }
 
@@ -204,6 +330,8 @@ func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) (_ []
 		users: map[int64]int64{},
 		seen:  map[[2]int64]bool{},
 	}
+	// Here and below, tombstones count: a deleted listing's id and number
+	// are never given out again.
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&im.ids.stored); err != nil {
 		return nil, fmt.Errorf("import: %w", err)
 	}

@@ -43,6 +43,11 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 		{"ImportAllOrNothing", testImportAllOrNothing},
 		{"ImportNothing", testImportNothing},
 		{"ConcurrentImports", testConcurrentImports},
+		{"UpdateListing", testUpdateListing},
+		{"UpdateRejects", testUpdateRejects},
+		{"DeleteListing", testDeleteListing},
+		{"DeleteKeepsIDs", testDeleteKeepsIDs},
+		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"CanceledContext", testCanceledContext},
 	}
 	for _, tt := range suite {
@@ -919,6 +924,11 @@ func testCanceledContext(t *testing.T, open func(t *testing.T) upstream.Store) {
 			_, err := s.ImportListings(ctx, []upstream.Listing{f.listing(0, 0)})
 			return err
 		}},
+		{"UpdateListing", func() error {
+			_, err := s.UpdateListing(ctx, f.listing(1, 0))
+			return err
+		}},
+		{"DeleteListing", func() error { _, err := s.DeleteListing(ctx, f.firmA.ID, 1); return err }},
 		{"Empty", func() error { _, err := s.Empty(ctx); return err }},
 		{"Ping", func() error { return s.Ping(ctx) }},
 	}

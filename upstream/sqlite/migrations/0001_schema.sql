@@ -1,4 +1,6 @@
--- Applied at every Open, so every statement is idempotent.
+-- Step 1: the schema from before versioning. Databases made then are at
+-- user_version 0 with these tables already there, so every statement stays
+-- idempotent. A released step is never edited; add a step instead.
 
 CREATE TABLE IF NOT EXISTS firms (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,

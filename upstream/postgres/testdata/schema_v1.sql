@@ -1,3 +1,5 @@
+-- The schema.sql of the release before schema versioning, frozen: what
+-- databases made by that release hold (without a schema_version table).
 -- Applied at every Open under an advisory lock, so every statement is
 -- idempotent.
 

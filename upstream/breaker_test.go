@@ -1,0 +1,438 @@
+package upstream_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/realty-gateway/gateway/upstream"
+	"github.com/realty-gateway/gateway/upstream/sqlite"
+)
+
+// quiet is the logger of every Guarded under test.
+func quiet() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// countingStore is the real store with a count of the listing lookups that
+// reached it.
+type countingStore struct {
+	upstream.Store
+	calls atomic.Int64
+}
+
+func (s *countingStore) ListingByID(ctx context.Context, id int64) (upstream.Listing, error) {
+	s.calls.Add(1)
+	return s.Store.ListingByID(ctx, id)
+}
+
+// openSQLite opens a real store in a temporary directory, with one firm, one
+// user and one listing, and returns the store and the listing's id.
+func openSQLite(t *testing.T) (*sqlite.Store, int64) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, t.TempDir()+"/s.db")
+	if err != nil {
+		t.Fatalf("sqlite.Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	firm, err := s.AddFirm(ctx, "Firm", []byte("digest-of-the-key-of-the-firm-00"))
+	if err != nil {
+		t.Fatalf("AddFirm: %v", err)
+	}
+	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "u@example.com", PasswordHash: "h"})
+	if err != nil {
+		t.Fatalf("AddUser: %v", err)
+	}
+	ls, err := s.ImportListings(ctx, []upstream.Listing{{ID: 7, No: 1, Title: "Flat", FirmID: firm.ID, FirmUserID: user.ID}})
+	if err != nil {
+		t.Fatalf("ImportListings: %v", err)
+	}
+	return s, ls[0].ID
+}
+
+func TestGuardedRealStore(t *testing.T) {
+	cfg := upstream.BreakerConfig{
+		CallTimeout:    time.Second,
+		MaxConcurrent:  4,
+		Window:         time.Minute,
+		Bucket:         time.Second,
+		MinRequests:    5,
+		FailureRatio:   0.5,
+		OpenFor:        time.Minute,
+		HalfOpenProbes: 1,
+	}
+	const unknownID = 999_999
+	tests := []struct {
+		name       string
+		closeStore bool
+		giveID     int64 // 0: the seeded listing
+		calls      int
+		wantErr    error // nil: the listing is returned
+		wantOpen   bool
+		wantStore  int64 // lookups that reached the store
+	}{
+		{
+			name:      "found listings keep the breaker closed",
+			calls:     50,
+			wantStore: 50,
+		},
+		{
+			name:      "not found is a success to the breaker",
+			giveID:    unknownID,
+			calls:     50,
+			wantErr:   upstream.ErrNotFound,
+			wantStore: 50,
+		},
+		{
+			name:       "a closed store opens the breaker after MinRequests failures",
+			closeStore: true,
+			calls:      50,
+			wantErr:    upstream.ErrUnavailable,
+			wantOpen:   true,
+			wantStore:  5,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sq, seededID := openSQLite(t)
+			id := tt.giveID
+			if id == 0 {
+				id = seededID
+			}
+			if tt.closeStore {
+				if err := sq.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			}
+			store := &countingStore{Store: sq}
+			g := upstream.NewGuarded(store, cfg, quiet())
+
+			for i := range tt.calls {
+				start := time.Now()
+				l, err := g.ListingByID(context.Background(), id)
+				if elapsed := time.Since(start); elapsed > time.Second {
+					t.Fatalf("call %d took %v; want well under 1s", i+1, elapsed)
+				}
+				if tt.wantErr == nil {
+					if err != nil || l.ID != id {
+						t.Fatalf("call %d: ListingByID(%d) = id %d, %v; want id %d, nil", i+1, id, l.ID, err, id)
+					}
+					continue
+				}
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("call %d: ListingByID(%d) error = %v; want %v", i+1, id, err, tt.wantErr)
+				}
+				if tt.wantOpen && uint32(i) >= cfg.MinRequests && !errors.Is(err, gobreaker.ErrOpenState) {
+					t.Fatalf("call %d after the breaker opened: error = %v; want it rejected by the open breaker", i+1, err)
+				}
+			}
+			if got := g.Open(); got != tt.wantOpen {
+				t.Errorf("Open() = %v; want %v", got, tt.wantOpen)
+			}
+			if got := store.calls.Load(); got != tt.wantStore {
+				t.Errorf("store calls = %d; want %d", got, tt.wantStore)
+			}
+		})
+	}
+}
+
+var errStoreDown = errors.New("stand-in store down")
+
+// standIn is a store whose first failFirst lookups fail at once and whose
+// later lookups block until their ctx is done or release is closed. Every
+// blocking lookup announces itself on entered.
+type standIn struct {
+	upstream.Store // nil: only ListingByID is used
+
+	failFirst int64
+	calls     atomic.Int64
+	entered   chan struct{}
+	release   chan struct{}
+}
+
+func newStandIn(failFirst int64) *standIn {
+	return &standIn{
+		failFirst: failFirst,
+		entered:   make(chan struct{}, 100),
+		release:   make(chan struct{}),
+	}
+}
+
+func (s *standIn) ListingByID(ctx context.Context, id int64) (upstream.Listing, error) {
+	if s.calls.Add(1) <= s.failFirst {
+		return upstream.Listing{}, errStoreDown
+	}
+	s.entered <- struct{}{}
+	select {
+	case <-ctx.Done():
+		return upstream.Listing{}, ctx.Err()
+	case <-s.release:
+		return upstream.Listing{ID: id}, nil
+	}
+}
+
+// lookup starts a lookup and returns the channel of its error.
+func lookup(ctx context.Context, g *upstream.Guarded) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := g.ListingByID(ctx, 1)
+		errc <- err
+	}()
+	return errc
+}
+
+// waitEntered waits until a lookup blocks in the store; errc is that
+// lookup's, so that a lookup that never reaches the store fails the test
+// instead of hanging it.
+func waitEntered(t *testing.T, s *standIn, errc <-chan error) {
+	t.Helper()
+	select {
+	case <-s.entered:
+	case err := <-errc:
+		t.Fatalf("lookup returned %v before reaching the store", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("lookup did not reach the store within 5s")
+	}
+}
+
+// result waits for a lookup's error.
+func result(t *testing.T, errc <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("lookup did not return within 5s")
+		return nil
+	}
+}
+
+func TestGuardedHungStoreTimesOut(t *testing.T) {
+	tests := []struct {
+		name        string
+		giveTimeout time.Duration
+		wantWithin  time.Duration
+	}{
+		{name: "100ms call timeout", giveTimeout: 100 * time.Millisecond, wantWithin: time.Second},
+		{name: "300ms call timeout", giveTimeout: 300 * time.Millisecond, wantWithin: 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := newStandIn(0)
+			g := upstream.NewGuarded(store, upstream.BreakerConfig{
+				CallTimeout: tt.giveTimeout, MaxConcurrent: 1, MinRequests: 5, FailureRatio: 0.5,
+				OpenFor: time.Minute, HalfOpenProbes: 1,
+			}, quiet())
+
+			start := time.Now()
+			err := result(t, lookup(context.Background(), g))
+			elapsed := time.Since(start)
+
+			if !errors.Is(err, upstream.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("ListingByID on a hung store: error = %v; want ErrUnavailable wrapping context.DeadlineExceeded", err)
+			}
+			if elapsed > tt.wantWithin {
+				t.Errorf("ListingByID on a hung store took %v; want within %v", elapsed, tt.wantWithin)
+			}
+			if got := store.calls.Load(); got != 1 {
+				t.Errorf("store calls = %d; want 1", got)
+			}
+		})
+	}
+}
+
+func TestGuardedCallerCancellationIsNotAFailure(t *testing.T) {
+	const (
+		minRequests = 3
+		repeats     = 10 // more than minRequests
+	)
+	tests := []struct {
+		name string
+		// holdSlot keeps the only bulkhead slot busy, so that the canceled
+		// lookups wait for a slot instead of reaching the store.
+		holdSlot  bool
+		wantStore int64
+	}{
+		{name: "canceled while in the store", wantStore: repeats},
+		{name: "canceled while waiting for a bulkhead slot", holdSlot: true, wantStore: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := newStandIn(0)
+			defer close(store.release)
+			g := upstream.NewGuarded(store, upstream.BreakerConfig{
+				CallTimeout: 10 * time.Second, MaxConcurrent: 1, Window: time.Minute, Bucket: time.Second,
+				MinRequests: minRequests, FailureRatio: 0.5, OpenFor: time.Minute, HalfOpenProbes: 1,
+			}, quiet())
+
+			if tt.holdSlot {
+				holder := lookup(context.Background(), g)
+				waitEntered(t, store, holder)
+			}
+			for i := range repeats {
+				ctx, cancel := context.WithCancel(context.Background())
+				var errc <-chan error
+				if tt.holdSlot {
+					cancel() // the slot is busy: only ctx.Done is ready
+					errc = lookup(ctx, g)
+				} else {
+					errc = lookup(ctx, g)
+					waitEntered(t, store, errc)
+					cancel()
+				}
+				err := result(t, errc)
+				cancel()
+				if !errors.Is(err, context.Canceled) || errors.Is(err, upstream.ErrUnavailable) {
+					t.Fatalf("canceled lookup %d: error = %v; want context.Canceled, not ErrUnavailable", i+1, err)
+				}
+			}
+			if g.Open() {
+				t.Errorf("Open() = true after %d canceled lookups; want false", repeats)
+			}
+			if got := store.calls.Load(); got != tt.wantStore {
+				t.Errorf("store calls = %d; want %d", got, tt.wantStore)
+			}
+		})
+	}
+}
+
+func TestGuardedBulkhead(t *testing.T) {
+	tests := []struct {
+		name          string
+		maxConcurrent int
+	}{
+		{name: "one slot", maxConcurrent: 1},
+		{name: "two slots", maxConcurrent: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := newStandIn(0)
+			g := upstream.NewGuarded(store, upstream.BreakerConfig{
+				CallTimeout: 10 * time.Second, MaxConcurrent: tt.maxConcurrent, Window: time.Minute, Bucket: time.Second,
+				MinRequests: 5, FailureRatio: 0.5, OpenFor: time.Minute, HalfOpenProbes: 1,
+			}, quiet())
+
+			holders := make([]<-chan error, tt.maxConcurrent)
+			for i := range holders {
+				holders[i] = lookup(context.Background(), g)
+				waitEntered(t, store, holders[i])
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := g.ListingByID(ctx, 1)
+			elapsed := time.Since(start)
+
+			if !errors.Is(err, upstream.ErrUnavailable) {
+				t.Errorf("lookup with a full bulkhead: error = %v; want ErrUnavailable", err)
+			}
+			if elapsed > time.Second {
+				t.Errorf("lookup with a full bulkhead and a 50ms deadline took %v; want within 1s", elapsed)
+			}
+			if got, want := store.calls.Load(), int64(tt.maxConcurrent); got != want {
+				t.Errorf("store calls = %d; want %d (the rejected lookup must not reach the store)", got, want)
+			}
+
+			close(store.release)
+			for i, errc := range holders {
+				if err := result(t, errc); err != nil {
+					t.Errorf("lookup %d holding a slot: error = %v; want nil", i+1, err)
+				}
+			}
+		})
+	}
+}
+
+// waitHalfOpen polls until the open breaker lets calls through again.
+func waitHalfOpen(t *testing.T, g *upstream.Guarded) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for g.Open() {
+		if time.Now().After(deadline) {
+			t.Fatal("breaker still open 5s after opening; want half-open after OpenFor")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestGuardedHalfOpenProbesAreLimited(t *testing.T) {
+	const (
+		minRequests = 2
+		failures    = minRequests
+	)
+	tests := []struct {
+		name   string
+		probes uint32
+	}{
+		{name: "one probe", probes: 1},
+		{name: "two probes", probes: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := newStandIn(failures)
+			g := upstream.NewGuarded(store, upstream.BreakerConfig{
+				CallTimeout: 10 * time.Second, MaxConcurrent: 8, Window: time.Minute, Bucket: time.Second,
+				MinRequests: minRequests, FailureRatio: 0.5, OpenFor: 100 * time.Millisecond, HalfOpenProbes: tt.probes,
+			}, quiet())
+
+			for i := range failures {
+				if _, err := g.ListingByID(context.Background(), 1); !errors.Is(err, upstream.ErrUnavailable) || !errors.Is(err, errStoreDown) {
+					t.Fatalf("failing lookup %d: error = %v; want ErrUnavailable wrapping the store's error", i+1, err)
+				}
+			}
+			if !g.Open() {
+				t.Fatalf("Open() = false after %d failures of %d; want true", failures, failures)
+			}
+			if _, err := g.ListingByID(context.Background(), 1); !errors.Is(err, gobreaker.ErrOpenState) || !errors.Is(err, upstream.ErrUnavailable) {
+				t.Fatalf("lookup while open: error = %v; want ErrUnavailable from the open breaker", err)
+			}
+			if got := store.calls.Load(); got != failures {
+				t.Fatalf("store calls while open = %d; want %d", got, failures)
+			}
+
+			waitHalfOpen(t, g)
+
+			probes := make([]<-chan error, tt.probes)
+			for i := range probes {
+				probes[i] = lookup(context.Background(), g)
+				waitEntered(t, store, probes[i])
+			}
+			start := time.Now()
+			_, err := g.ListingByID(context.Background(), 1)
+			if !errors.Is(err, upstream.ErrUnavailable) || !errors.Is(err, gobreaker.ErrTooManyRequests) {
+				t.Errorf("lookup beyond the half-open probes: error = %v; want ErrUnavailable from too many probes", err)
+			}
+			if elapsed := time.Since(start); elapsed > time.Second {
+				t.Errorf("lookup beyond the half-open probes took %v; want within 1s", elapsed)
+			}
+			if got, want := store.calls.Load(), int64(failures)+int64(tt.probes); got != want {
+				t.Errorf("store calls = %d; want %d (the rejected lookup must not reach the store)", got, want)
+			}
+
+			// The probes succeed: the breaker closes and lets lookups through.
+			close(store.release)
+			for i, errc := range probes {
+				if err := result(t, errc); err != nil {
+					t.Errorf("probe %d: error = %v; want nil", i+1, err)
+				}
+			}
+			if g.Open() {
+				t.Errorf("Open() = true after %d successful probes; want false", tt.probes)
+			}
+			if _, err := g.ListingByID(context.Background(), 1); err != nil {
+				t.Errorf("lookup after the probes succeeded: error = %v; want nil", err)
+			}
+			if got, want := store.calls.Load(), int64(failures)+int64(tt.probes)+1; got != want {
+				t.Errorf("store calls = %d; want %d", got, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,264 @@
+package upstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits of a listing body.
+const (
+	MaxTitleRunes       = 200
+	MaxDescriptionRunes = 10_000
+	MaxNoteRunes        = 2_000
+	MaxTextRunes        = 1_000 // any other string member
+	MaxFiles            = 100
+)
+
+// Enumerations of the spec.
+var (
+	imageTypes   = []string{"IMAGE", "REALTY_IMAGE_360", "VIDEO"}
+	fileStatuses = []string{"APPROVED"}
+)
+
+// serverSet are the members the server assigns. A write body may carry
+// them (a GET-then-PUT round trip); they are ignored unless kept.
+var serverSet = map[string]bool{
+	"id": true, "listingId": true, "firmId": true, "firmUserId": true, "createdDate": true, "updatedDate": true,
+}
+
+// DecodeListing parses a listing body strictly: unknown members and wrong
+// types are reported for every member, not just the first. Top-level
+// latitude, longitude and nearLocation move into location; isActive
+// defaults to true and a file's status to APPROVED. With keepServerSet
+// (imports) the server-set members are taken from the body, else ignored.
+// The result is validated; a bad body returns a *ValidationError.
+func DecodeListing(body []byte, keepServerSet bool) (Listing, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+		return Listing{}, Invalid("", "the body must be a JSON object")
+	}
+	var coords struct {
+		Latitude     *float64 `json:"latitude"`
+		Longitude    *float64 `json:"longitude"`
+		NearLocation *bool    `json:"nearLocation"`
+	}
+	d := decoder{}
+	for _, name := range []string{"latitude", "longitude", "nearLocation"} {
+		if raw, ok := top[name]; ok {
+			d.object(map[string]json.RawMessage{name: raw}, reflect.ValueOf(&coords).Elem(), "")
+			delete(top, name)
+		}
+	}
+	for name := range serverSet {
+		if !keepServerSet || name == "listingId" {
+			delete(top, name)
+		}
+	}
+	l := Listing{IsActive: true}
+	d.object(top, reflect.ValueOf(&l).Elem(), "")
+	if l.Location.Latitude == nil {
+		l.Location.Latitude = coords.Latitude
+	}
+	if l.Location.Longitude == nil {
+		l.Location.Longitude = coords.Longitude
+	}
+	if l.Location.NearLocation == nil {
+		l.Location.NearLocation = coords.NearLocation
+	}
+	for i := range l.RealtyFiles {
+		if l.RealtyFiles[i].Status == nil {
+			approved := fileStatuses[0]
+			l.RealtyFiles[i].Status = &approved
+		}
+	}
+	errs := d.errs
+	for _, f := range l.validate() {
+		if !reportedUnder(d.errs, f.Field) {
+			errs = append(errs, f)
+		}
+	}
+	if len(errs) > 0 {
+		slices.SortFunc(errs, func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
+		return Listing{}, &ValidationError{Fields: errs}
+	}
+	return l, nil
+}
+
+// reportedUnder reports whether field or one of its parents already failed
+// to decode, which makes further messages about it noise.
+func reportedUnder(errs []FieldError, field string) bool {
+	for _, e := range errs {
+		if field == e.Field || strings.HasPrefix(field, e.Field+".") || strings.HasPrefix(field, e.Field+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// decoder fills a struct from JSON members by their json tags and collects
+// a FieldError for every member it cannot take.
+type decoder struct {
+	errs []FieldError
+}
+
+func (d *decoder) fail(field, message string) {
+	d.errs = append(d.errs, FieldError{Field: field, Message: message})
+}
+
+func (d *decoder) object(members map[string]json.RawMessage, v reflect.Value, path string) {
+	fields := make(map[string]int, v.NumField())
+	for i := range v.NumField() {
+		if tag := v.Type().Field(i).Tag.Get("json"); tag != "" && tag != "-" {
+			fields[tag] = i
+		}
+	}
+	for _, name := range sortedKeys(members) {
+		i, ok := fields[name]
+		if !ok {
+			d.fail(join(path, name), "is not a member of a listing")
+			continue
+		}
+		d.value(members[name], v.Field(i), join(path, name))
+	}
+}
+
+func (d *decoder) value(raw json.RawMessage, v reflect.Value, path string) {
+	isNull := bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+	switch v.Kind() {
+	case reflect.Pointer:
+		if isNull {
+			v.SetZero()
+			return
+		}
+		p := reflect.New(v.Type().Elem())
+		d.value(raw, p.Elem(), path)
+		v.Set(p)
+	case reflect.Struct:
+		var members map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &members); err != nil || members == nil {
+			d.fail(path, "must be an object")
+			return
+		}
+		d.object(members, v, path)
+	case reflect.Slice:
+		var items []json.RawMessage
+		if isNull {
+			v.SetZero()
+			return
+		}
+		if err := json.Unmarshal(raw, &items); err != nil {
+			d.fail(path, "must be an array")
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(items), len(items))
+		for i, item := range items {
+			d.value(item, s.Index(i), path+"["+strconv.Itoa(i)+"]")
+		}
+		v.Set(s)
+	default:
+		if isNull {
+			d.fail(path, "must not be null")
+			return
+		}
+		if err := json.Unmarshal(raw, v.Addr().Interface()); err != nil {
+			d.fail(path, "must be "+kindName(v.Kind()))
+		}
+	}
+}
+
+func kindName(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int64:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	default:
+		return "a " + k.String()
+	}
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func sortedKeys(m map[string]json.RawMessage) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// validate checks what types cannot: required members, ranges, enums and
+// sizes.
+func (l *Listing) validate() []FieldError {
+	var errs []FieldError
+	fail := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	text := func(field string, s *string, limit int) {
+		if s != nil && utf8.RuneCountInString(*s) > limit {
+			fail(field, "must be at most %d characters", limit)
+		}
+	}
+	switch {
+	case l.Title == "":
+		fail("title", "is required")
+	case utf8.RuneCountInString(l.Title) > MaxTitleRunes:
+		fail("title", "must be at most %d characters", MaxTitleRunes)
+	}
+	if l.CategoryID == nil {
+		fail("categoryId", "is required")
+	}
+	if l.Location.CityID == nil {
+		fail("location.cityId", "is required")
+	}
+	if lat := l.Location.Latitude; lat != nil && (*lat < -90 || *lat > 90) {
+		fail("location.latitude", "must be within [-90, 90]")
+	}
+	if lon := l.Location.Longitude; lon != nil && (*lon < -180 || *lon > 180) {
+		fail("location.longitude", "must be within [-180, 180]")
+	}
+	if l.No < 0 {
+		fail("no", "must be positive")
+	}
+	text("note", l.Note, MaxNoteRunes)
+	text("attributes.title", l.Attributes.Title, MaxTitleRunes)
+	text("attributes.description", l.Attributes.Description, MaxDescriptionRunes)
+	text("attributes.note", l.Attributes.Note, MaxNoteRunes)
+	for field, s := range map[string]*string{
+		"realtyDetailUrl": l.RealtyDetailURL, "realtyIdentificationNo": l.RealtyIdentificationNo,
+		"energyDocumentNo": l.EnergyDocumentNo, "location.cityName": l.Location.CityName,
+		"location.countyName": l.Location.CountyName, "location.districtName": l.Location.DistrictName,
+		"attributes.housingComplexName": l.Attributes.HousingComplexName,
+	} {
+		text(field, s, MaxTextRunes)
+	}
+	if len(l.RealtyFiles) > MaxFiles {
+		fail("realtyFiles", "must have at most %d items", MaxFiles)
+	}
+	for i, f := range l.RealtyFiles {
+		field := "realtyFiles[" + strconv.Itoa(i) + "]"
+		if f.ImageType != nil && !slices.Contains(imageTypes, *f.ImageType) {
+			fail(field+".imageType", "must be one of %v", imageTypes)
+		}
+		if f.Status != nil && !slices.Contains(fileStatuses, *f.Status) {
+			fail(field+".status", "must be one of %v", fileStatuses)
+		}
+		if f.ID < 0 {
+			fail(field+".id", "must be positive")
+		}
+		text(field+".imageUrl", f.ImageURL, MaxTextRunes)
+	}
+	return errs
+}

@@ -1,0 +1,110 @@
+package upstream
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+const validBody = `{"title":"Flat","categoryId":1,"location":{"cityId":34}}`
+
+func TestDecodeListingReportsEveryBadField(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want []string // the fields named, in order
+	}{
+		{name: "not an object", give: `[1]`, want: []string{""}},
+		{name: "empty object", give: `{}`, want: []string{"categoryId", "location.cityId", "title"}},
+		{name: "types", give: `{"title":5,"categoryId":"1","location":{"cityId":1.5},"isActive":"yes"}`,
+			want: []string{"categoryId", "isActive", "location.cityId", "title"}},
+		{name: "integer as float", give: `{"title":"x","categoryId":1.5,"location":{"cityId":1}}`, want: []string{"categoryId"}},
+		{name: "latitude out of range", give: `{"title":"x","categoryId":1,"location":{"cityId":1,"latitude":90.5,"longitude":-180.1}}`,
+			want: []string{"location.latitude", "location.longitude"}},
+		{name: "top-level latitude out of range", give: `{"title":"x","categoryId":1,"latitude":-91,"location":{"cityId":1}}`,
+			want: []string{"location.latitude"}},
+		{name: "enums", give: `{"title":"x","categoryId":1,"location":{"cityId":1},"realtyFiles":[{"imageType":"GIF","status":"PENDING"}]}`,
+			want: []string{"realtyFiles[0].imageType", "realtyFiles[0].status"}},
+		{name: "title too long", give: `{"title":"` + strings.Repeat("é", MaxTitleRunes+1) + `","categoryId":1,"location":{"cityId":1}}`, want: []string{"title"}},
+		{name: "description too long", give: `{"title":"x","categoryId":1,"location":{"cityId":1},"attributes":{"description":"` + strings.Repeat("a", MaxDescriptionRunes+1) + `"}}`,
+			want: []string{"attributes.description"}},
+		{name: "note too long", give: `{"title":"x","note":"` + strings.Repeat("a", MaxNoteRunes+1) + `","categoryId":1,"location":{"cityId":1}}`, want: []string{"note"}},
+		{name: "too many files", give: `{"title":"x","categoryId":1,"location":{"cityId":1},"realtyFiles":[` + strings.Repeat(`{},`, MaxFiles) + `{}]}`,
+			want: []string{"realtyFiles"}},
+		{name: "unknown members", give: `{"title":"x","categoryId":1,"location":{"cityId":1,"zip":"1"},"colour":"red","attributes":{"pool":true}}`,
+			want: []string{"attributes.pool", "colour", "location.zip"}},
+		{name: "null for a required boolean", give: `{"title":"x","categoryId":1,"location":{"cityId":1},"isActive":null}`, want: []string{"isActive"}},
+		{name: "array of wrong items", give: `{"title":"x","categoryId":1,"location":{"cityId":1},"attributes":{"sideIdList":[1,"2"]}}`,
+			want: []string{"attributes.sideIdList[1]"}},
+		{name: "object expected", give: `{"title":"x","categoryId":1,"location":[]}`, want: []string{"location"}},
+		{name: "negative no", give: `{"title":"x","no":-1,"categoryId":1,"location":{"cityId":1}}`, want: []string{"no"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeListing([]byte(tt.give), false)
+			var ve *ValidationError
+			if !errors.As(err, &ve) || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want a ValidationError", err)
+			}
+			var got []string
+			for _, f := range ve.Fields {
+				got = append(got, f.Field)
+			}
+			if strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Fatalf("fields %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecodeListingDefaultsAndServerSetMembers(t *testing.T) {
+	body := `{"id":9,"listingId":"1-2","firmId":3,"firmUserId":4,"createdDate":5,"updatedDate":6,"no":7,
+		"title":"x","categoryId":1,"latitude":41.5,"longitude":29.1,"nearLocation":true,
+		"location":{"cityId":34},"realtyFiles":[{"imageUrl":"u"},{"id":7,"status":"APPROVED"}]}`
+	tests := []struct {
+		name           string
+		keepServerSet  bool
+		wantID, wantFU int64
+	}{
+		{name: "write body ignores server-set members", keepServerSet: false, wantID: 0, wantFU: 0},
+		{name: "import keeps them", keepServerSet: true, wantID: 9, wantFU: 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := DecodeListing([]byte(body), tt.keepServerSet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.ID != tt.wantID || l.FirmUserID != tt.wantFU || l.No != 7 {
+				t.Fatalf("id %d firmUserId %d no %d", l.ID, l.FirmUserID, l.No)
+			}
+			if !l.IsActive {
+				t.Error("isActive did not default to true")
+			}
+			if l.Location.Latitude == nil || *l.Location.Latitude != 41.5 || l.Location.NearLocation == nil || !*l.Location.NearLocation {
+				t.Error("top-level coordinates not moved into location")
+			}
+			if s := l.RealtyFiles[0].Status; s == nil || *s != "APPROVED" {
+				t.Error("file status did not default to APPROVED")
+			}
+			l.Normalize()
+			if l.RealtyFiles[0].ID != 8 || l.RealtyFiles[1].ID != 7 {
+				t.Errorf("file ids %d, %d; want 8 assigned and 7 kept", l.RealtyFiles[0].ID, l.RealtyFiles[1].ID)
+			}
+		})
+	}
+}
+
+func TestDecodeListingAcceptsItsOwnResponse(t *testing.T) {
+	l, err := DecodeListing([]byte(validBody), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.ID, l.FirmID, l.FirmUserID, l.No = 5, 6, 7, 8
+	l.Normalize()
+	out, _ := json.Marshal(l)
+	if _, err := DecodeListing(out, false); err != nil {
+		t.Fatalf("a GET-then-PUT round trip is refused: %v", err)
+	}
+}

@@ -1,0 +1,117 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// PurgeConfig names a CDN's purge API.
+type PurgeConfig struct {
+	// URLTemplate is where a purge is POSTed; "{key}" is replaced by the
+	// path-escaped surrogate key, which is also the request body.
+	URLTemplate string
+	// Header is an optional "Name: value" sent with each purge (an API
+	// token); it is a secret.
+	Header string
+	// Timeout bounds one purge request.
+	Timeout time.Duration
+	// Queue is how many purges may wait; more are dropped and logged.
+	Queue int
+}
+
+// Purger sends CDN purges in the background, behind its own breaker, so
+// that a write never waits for the CDN. It is safe for concurrent use;
+// Run must be running for purges to be sent.
+type Purger struct {
+	cfg     PurgeConfig
+	client  *http.Client
+	cb      *gobreaker.CircuitBreaker[struct{}]
+	queue   chan string
+	log     *slog.Logger
+	sent    atomic.Uint64
+	dropped atomic.Uint64
+}
+
+// NewPurger returns a Purger for cfg.
+func NewPurger(cfg PurgeConfig, log *slog.Logger) *Purger {
+	return &Purger{
+		cfg:    cfg,
+		client: &http.Client{Timeout: cfg.Timeout},
+		cb: gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+			Name:    "cdn-purge",
+			Timeout: 30 * time.Second,
+			OnStateChange: func(name string, from, to gobreaker.State) {
+				log.Warn("breaker state changed", "breaker", name, "from", from.String(), "to", to.String())
+			},
+		}),
+		queue: make(chan string, max(cfg.Queue, 1)),
+		log:   log,
+	}
+}
+
+// Purge queues surrogate keys for purging. It never blocks.
+func (p *Purger) Purge(keys ...string) {
+	for _, k := range keys {
+		select {
+		case p.queue <- k:
+		default:
+			p.dropped.Add(1)
+			p.log.Warn("CDN purge queue full, purge dropped", "key", k)
+		}
+	}
+}
+
+// Sent and Dropped count purges.
+func (p *Purger) Sent() uint64    { return p.sent.Load() }
+func (p *Purger) Dropped() uint64 { return p.dropped.Load() }
+
+// Run sends queued purges until ctx ends.
+func (p *Purger) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case k := <-p.queue:
+			if _, err := p.cb.Execute(func() (struct{}, error) { return struct{}{}, p.send(ctx, k) }); err != nil {
+				p.dropped.Add(1)
+				p.log.Warn("CDN purge failed", "key", k, "err", err)
+				continue
+			}
+			p.sent.Add(1)
+		}
+	}
+}
+
+func (p *Purger) send(ctx context.Context, key string) error {
+	target := strings.ReplaceAll(p.cfg.URLTemplate, "{key}", url.PathEscape(key))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader(key))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "text/plain")
+	if name, value, ok := strings.Cut(p.cfg.Header, ":"); ok {
+		req.Header.Set(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			return fmt.Errorf("purge %s: %w", key, uerr.Err)
+		}
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("purge %s: status %d", key, resp.StatusCode)
+	}
+	return nil
+}

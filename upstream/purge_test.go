@@ -1,0 +1,75 @@
+package upstream_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+func TestPurgerPostsEachKey(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.Path+" "+string(body)+" "+r.Header.Get("Fastly-Key"))
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	p := upstream.NewPurger(upstream.PurgeConfig{
+		URLTemplate: srv.URL + "/purge/{key}", Header: "Fastly-Key: tok", Timeout: time.Second, Queue: 10,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+
+	p.Purge("realty-1", "firm-1")
+	waitUntil(t, func() bool { return p.Sent() == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"POST /purge/realty-1 realty-1 tok", "POST /purge/firm-1 firm-1 tok"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("purges %q, want %q", got, want)
+	}
+}
+
+func TestPurgerNeverBlocksAndCountsFailures(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	p := upstream.NewPurger(upstream.PurgeConfig{URLTemplate: srv.URL + "/{key}", Timeout: time.Second, Queue: 2},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+
+	// Nothing runs the queue yet: the third key is dropped, not waited for.
+	p.Purge("a", "b", "c")
+	if p.Dropped() != 1 {
+		t.Fatalf("dropped = %d, want 1 for a full queue", p.Dropped())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	waitUntil(t, func() bool { return p.Dropped() == 3 })
+	if p.Sent() != 0 {
+		t.Fatalf("sent = %d for a failing CDN", p.Sent())
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
