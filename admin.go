@@ -119,11 +119,14 @@ func importListings(ctx context.Context, cfg config, log *slog.Logger, args []st
 		return fmt.Errorf("import: %w", err)
 	}
 	return withStore(ctx, cfg, func(s upstream.Store) error {
-		listings, closeCache, err := openCache(cfg, s, log)
+		rdb, err := openRedis(cfg)
 		if err != nil {
 			return err
 		}
-		defer closeCache()
+		if rdb != nil {
+			defer rdb.Close()
+		}
+		listings := newCache(cfg, s, rdb, log)
 		stored, _, err := listings.Import(ctx, ls)
 		if err != nil {
 			return fmt.Errorf("import: %w", err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -122,6 +123,12 @@ type config struct {
 	CDNPurgeHeader          secret        `yaml:"cdnPurgeHeader" env:"CDN_PURGE_HEADER"`
 	CDNPurgeTimeout         time.Duration `yaml:"cdnPurgeTimeout" env:"CDN_PURGE_TIMEOUT"`
 
+	LoginAccountFailures int           `yaml:"loginAccountFailures" env:"LOGIN_ACCOUNT_FAILURES"`
+	LoginIPAttempts      int           `yaml:"loginIPAttempts" env:"LOGIN_IP_ATTEMPTS"`
+	LoginKeyAttempts     int           `yaml:"loginKeyAttempts" env:"LOGIN_KEY_ATTEMPTS"`
+	LoginLimitPeriod     time.Duration `yaml:"loginLimitPeriod" env:"LOGIN_LIMIT_PERIOD"`
+	TrustedProxies       []string      `yaml:"trustedProxies" env:"TRUSTED_PROXIES"`
+
 	LogLevel string `yaml:"logLevel" env:"LOG_LEVEL"`
 }
 
@@ -167,6 +174,10 @@ func defaults() config {
 		CDNStaleWhileRevalidate: 30 * time.Second,
 		CDNStaleIfError:         time.Hour,
 		CDNPurgeTimeout:         2 * time.Second,
+		LoginAccountFailures:    20,
+		LoginIPAttempts:         300,
+		LoginKeyAttempts:        1000,
+		LoginLimitPeriod:        15 * time.Minute,
 		LogLevel:                "info",
 	}
 }
@@ -205,6 +216,7 @@ func (c config) validate() error {
 		"writeTimeout": c.WriteTimeout, "idleTimeout": c.IdleTimeout, "breakerOpenFor": c.BreakerOpenFor,
 		"breakerWindow": c.BreakerWindow, "breakerBucket": c.BreakerBucket, "hashWait": c.HashWait,
 		"shutdownTimeout": c.ShutdownTimeout, "cdnPurgeTimeout": c.CDNPurgeTimeout,
+		"loginLimitPeriod": c.LoginLimitPeriod,
 	}
 	for _, name := range slices.Sorted(maps.Keys(positive)) {
 		if positive[name] <= 0 {
@@ -224,6 +236,8 @@ func (c config) validate() error {
 	counts := map[string]int{
 		"localCacheSize": c.LocalCacheSize, "storeConcurrency": c.StoreConcurrency, "postgresMaxConns": int(c.PostgresMaxConns),
 		"bodyLimit": c.BodyLimit, "headerLimit": c.HeaderLimit, "hashConcurrency": c.HashConcurrency,
+		"loginAccountFailures": c.LoginAccountFailures, "loginIPAttempts": c.LoginIPAttempts,
+		"loginKeyAttempts": c.LoginKeyAttempts,
 	}
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		if counts[name] <= 0 {
@@ -236,7 +250,29 @@ func (c config) validate() error {
 	if c.BreakerFailureRatio <= 0 || c.BreakerFailureRatio > 1 {
 		errs = append(errs, errors.New("breakerFailureRatio must be in (0, 1]"))
 	}
+	if _, err := c.trustedProxies(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// trustedProxies parses the proxies allowed to set X-Forwarded-For: CIDRs
+// or single addresses.
+func (c config) trustedProxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range c.TrustedProxies {
+		s = strings.TrimSpace(s)
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("trustedProxies: %q is neither an address nor a CIDR", s)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
 }
 
 // minSecretBytes is the shortest accepted HS256 key.

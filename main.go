@@ -24,6 +24,7 @@ import (
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/gateway"
+	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/postgres"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
@@ -111,18 +112,14 @@ func openRedis(cfg config) (*redis.Client, error) {
 	return redis.NewClient(opts), nil
 }
 
-// openCache returns the listing cache over src: on Redis when configured,
-// else in process. The returned func closes the Redis client.
-func openCache(cfg config, src cache.Source, log *slog.Logger) (*cache.Cache, func(), error) {
-	rdb, err := openRedis(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
+// newCache returns the listing cache over src: on Redis when rdb is set,
+// else in process.
+func newCache(cfg config, src cache.Source, rdb *redis.Client, log *slog.Logger) *cache.Cache {
 	if rdb == nil {
 		log.Info("no Redis configured; caching in process")
-		return cache.NewLocal(src, cfg.LocalCacheSize, cacheConfig(cfg), log), func() {}, nil
+		return cache.NewLocal(src, cfg.LocalCacheSize, cacheConfig(cfg), log)
 	}
-	return cache.NewRedis(src, rdb, cfg.RedisTimeout, cacheConfig(cfg), log), func() { rdb.Close() }, nil
+	return cache.NewRedis(src, rdb, cfg.RedisTimeout, cacheConfig(cfg), log)
 }
 
 func cacheConfig(cfg config) cache.Config {
@@ -162,11 +159,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		HalfOpenProbes: cfg.BreakerProbes,
 	}, log)
 
-	listings, closeCache, err := openCache(cfg, guarded, log)
+	rdb, err := openRedis(cfg)
 	if err != nil {
 		return err
 	}
-	defer closeCache()
+	if rdb != nil {
+		defer rdb.Close()
+	}
+	listings := newCache(cfg, guarded, rdb, log)
+	go listings.Repair(ctx, time.Second)
 	var purger gateway.Purger = gateway.NoPurge{}
 	if cfg.CDNPurgeURL != "" {
 		p := upstream.NewPurger(upstream.PurgeConfig{
@@ -176,6 +177,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		purger = p
 	}
 
+	proxies, err := cfg.trustedProxies()
+	if err != nil {
+		return err
+	}
+	limiter := ratelimit.New(rdb, cfg.RedisPrefix, cfg.RedisTimeout, cfg.LoginLimitPeriod, log)
 	srv, err := gateway.New(gateway.Config{
 		Issuer:          cfg.JWTIssuer,
 		Audience:        cfg.JWTAudience,
@@ -198,7 +204,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 			StaleWhileRevalidate: cfg.CDNStaleWhileRevalidate,
 			StaleIfError:         cfg.CDNStaleIfError,
 		},
-	}, listings, guarded, purger, log)
+		Limits: gateway.LoginLimits{
+			AccountFailures: ratelimit.Limit{Count: cfg.LoginAccountFailures, Period: cfg.LoginLimitPeriod},
+			IP:              ratelimit.Limit{Count: cfg.LoginIPAttempts, Period: cfg.LoginLimitPeriod},
+			Key:             ratelimit.Limit{Count: cfg.LoginKeyAttempts, Period: cfg.LoginLimitPeriod},
+		},
+		TrustedProxies: proxies,
+	}, listings, guarded, limiter, purger, log)
 	if err != nil {
 		return err
 	}

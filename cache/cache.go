@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -127,10 +128,16 @@ type Cache struct {
 
 	hits, misses, stale, loads, tierErrors, corrupt, incoherent atomic.Uint64
 	tierDown                                                    atomic.Bool
+
+	// dirty are keys that a write could neither update nor remove: they
+	// may hold an old version. They are never served until repaired.
+	dirtyMu    sync.Mutex
+	dirty      map[string]bool
+	dirtyCount atomic.Int64
 }
 
 func newCache(src Source, t tier, cfg Config, log *slog.Logger) *Cache {
-	return &Cache{src: src, tier: t, cfg: cfg, log: log, now: time.Now}
+	return &Cache{src: src, tier: t, cfg: cfg, log: log, now: time.Now, dirty: map[string]bool{}}
 }
 
 // Stats returns the counters so far.
@@ -258,8 +265,12 @@ func (r record) entry(s State) Entry {
 	return Entry{ID: r.id, Body: r.body, ETag: r.etag, FirmID: r.firmID, Active: r.kind == kindActive, State: s, FreshUntil: r.freshUntil}
 }
 
-// lookup reads a key from the tier. Errors and corrupt values are misses.
+// lookup reads a key from the tier. Errors, corrupt values and keys that
+// may hold an old version are misses.
 func (c *Cache) lookup(ctx context.Context, name string) (record, bool) {
+	if c.isDirty(name) && !c.repair(ctx, name) {
+		return record{}, false
+	}
 	b, err := c.tier.get(ctx, name)
 	c.observe(err)
 	if err != nil || b == nil {
@@ -279,7 +290,11 @@ func (c *Cache) remember(ctx context.Context, name string, r record, ttl time.Du
 	if ttl <= 0 {
 		return
 	}
-	c.observe(c.tier.set(ctx, name, r, ttl))
+	err := c.tier.set(ctx, name, r, ttl)
+	c.observe(err)
+	if err == nil {
+		c.clean(name) // it now holds what the store has
+	}
 }
 
 // observe counts tier errors and logs only the transitions between a

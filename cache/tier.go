@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 )
 
 // tier is where records are kept. get returns nil, nil on a miss. set
@@ -34,37 +35,69 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 return 1
 `)
 
+// redisTier keeps records in Redis. A breaker in front of it skips Redis
+// for a second after consecutive failures, so a dead, paused or slow Redis
+// costs one fast error per operation instead of a timeout; one probe then
+// tests whether it is back.
 type redisTier struct {
 	rdb     redis.UniversalClient
 	timeout time.Duration
+	cb      *gobreaker.CircuitBreaker[[]byte]
 }
+
+// Settings of the Redis breaker.
+const (
+	redisTripAfter = 3
+	redisOpenFor   = time.Second
+)
 
 // NewRedis returns a cache whose shared tier is Redis. Each Redis
 // operation is bounded by opTimeout.
 func NewRedis(src Source, rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, log *slog.Logger) *Cache {
-	return newCache(src, &redisTier{rdb: rdb, timeout: opTimeout}, cfg, log)
+	cb := gobreaker.NewCircuitBreaker[[]byte](gobreaker.Settings{
+		Name:        "redis",
+		MaxRequests: 1,
+		Timeout:     redisOpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= redisTripAfter },
+		IsExcluded:  func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			log.Warn("breaker state changed", "breaker", name, "from", from.String(), "to", to.String())
+		},
+	})
+	return newCache(src, &redisTier{rdb: rdb, timeout: opTimeout, cb: cb}, cfg, log)
+}
+
+// do runs one Redis operation under the breaker and the operation timeout.
+func (t *redisTier) do(ctx context.Context, op func(context.Context) ([]byte, error)) ([]byte, error) {
+	return t.cb.Execute(func() ([]byte, error) {
+		ctx, cancel := context.WithTimeout(ctx, t.timeout)
+		defer cancel()
+		return op(ctx)
+	})
 }
 
 func (t *redisTier) get(ctx context.Context, name string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	b, err := t.rdb.Get(ctx, name).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	return b, err
+	return t.do(ctx, func(ctx context.Context) ([]byte, error) {
+		b, err := t.rdb.Get(ctx, name).Bytes()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		return b, err
+	})
 }
 
 func (t *redisTier) set(ctx context.Context, name string, r record, ttl time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	return guardedSet.Run(ctx, t.rdb, []string{name}, r.encode(), r.revision, ttl.Milliseconds()).Err()
+	_, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
+		return nil, guardedSet.Run(ctx, t.rdb, []string{name}, r.encode(), r.revision, ttl.Milliseconds()).Err()
+	})
+	return err
 }
 
 func (t *redisTier) del(ctx context.Context, name string) error {
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	return t.rdb.Del(ctx, name).Err()
+	_, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
+		return nil, t.rdb.Del(ctx, name).Err()
+	})
+	return err
 }
 
 // localTier is an in-process LRU for a gateway without Redis.

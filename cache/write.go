@@ -88,8 +88,8 @@ func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, error) 
 }
 
 // replace writes r under name. Where the write fails, it removes the key
-// instead; where that fails too, the key may keep an old version until it
-// stops being fresh, which is counted and logged.
+// instead; where that fails too, the key is marked dirty: this process
+// serves it from the store, and Repair removes it once the tier answers.
 func (c *Cache) replace(ctx context.Context, name string, r record, ttl time.Duration) {
 	var err error
 	if ttl > 0 {
@@ -99,10 +99,77 @@ func (c *Cache) replace(ctx context.Context, name string, r record, ttl time.Dur
 	}
 	c.observe(err)
 	if err == nil {
+		c.clean(name)
 		return
 	}
 	if err := c.tier.del(ctx, name); err != nil {
 		c.incoherent.Add(1)
-		c.log.Error("cache key may serve an old version until it expires", "key", name, "err", err)
+		c.markDirty(name)
+		c.log.Error("cache key may hold an old version until repaired", "key", name, "err", err)
+		return
+	}
+	c.clean(name)
+}
+
+func (c *Cache) isDirty(name string) bool {
+	if c.dirtyCount.Load() == 0 {
+		return false // the common case takes no lock
+	}
+	c.dirtyMu.Lock()
+	defer c.dirtyMu.Unlock()
+	return c.dirty[name]
+}
+
+func (c *Cache) markDirty(name string) {
+	c.dirtyMu.Lock()
+	defer c.dirtyMu.Unlock()
+	c.dirty[name] = true
+	c.dirtyCount.Store(int64(len(c.dirty)))
+}
+
+func (c *Cache) clean(name string) {
+	if c.dirtyCount.Load() == 0 {
+		return
+	}
+	c.dirtyMu.Lock()
+	defer c.dirtyMu.Unlock()
+	delete(c.dirty, name)
+	c.dirtyCount.Store(int64(len(c.dirty)))
+}
+
+// repair removes a dirty key and reports whether it succeeded.
+func (c *Cache) repair(ctx context.Context, name string) bool {
+	err := c.tier.del(ctx, name)
+	c.observe(err)
+	if err != nil {
+		return false
+	}
+	c.clean(name)
+	return true
+}
+
+// Repair removes dirty keys every interval until ctx ends, so that other
+// gateways sharing the tier stop seeing old versions as soon as it answers
+// again.
+func (c *Cache) Repair(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.dirtyMu.Lock()
+		names := make([]string, 0, len(c.dirty))
+		for name := range c.dirty {
+			names = append(names, name)
+		}
+		c.dirtyMu.Unlock()
+		for _, name := range names {
+			if !c.repair(ctx, name) {
+				break // the tier is still failing
+			}
+		}
 	}
 }

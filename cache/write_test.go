@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -112,5 +114,74 @@ func TestWritesPublishBothKeys(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// failingWrites wraps a tier and fails its writes while broken is set.
+type failingWrites struct {
+	tier
+	broken atomic.Bool
+}
+
+var errBroken = errors.New("tier broken")
+
+func (f *failingWrites) set(ctx context.Context, name string, r record, ttl time.Duration) error {
+	if f.broken.Load() {
+		return errBroken
+	}
+	return f.tier.set(ctx, name, r, ttl)
+}
+
+func (f *failingWrites) del(ctx context.Context, name string) error {
+	if f.broken.Load() {
+		return errBroken
+	}
+	return f.tier.del(ctx, name)
+}
+
+// TestFailedPublishNeverServesTheOldVersion: a write whose publish fails
+// leaves the old version in Redis. This process must not serve it, and
+// Repair must remove it so other processes stop seeing it.
+func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
+	old := listing(6, 2, 2, true)
+	old.Title = "old"
+	src := newSource(old)
+	writer, rdb, prefix := newRedisCache(t, src)
+	tier := &failingWrites{tier: writer.tier}
+	writer.tier = tier
+	other := NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog())
+	ctx := context.Background()
+
+	if _, err := writer.Get(ctx, ByID(6)); err != nil { // both keys now hold "old"
+		t.Fatal(err)
+	}
+	tier.broken.Store(true)
+	updated := old
+	updated.Title = "new"
+	if _, _, err := writer.Replace(ctx, updated); err != nil {
+		t.Fatal(err)
+	}
+	if got := writer.Stats().Incoherent; got != 2 {
+		t.Fatalf("incoherent = %d, want both keys counted", got)
+	}
+	for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
+		e, err := writer.Get(ctx, k)
+		if err != nil || titleOf(t, e.Body) != "new" {
+			t.Fatalf("writer read %+v: %v %v; a dirty key was served", k, err, e.State)
+		}
+	}
+
+	tier.broken.Store(false)
+	repairCtx, cancel := context.WithCancel(ctx)
+	go writer.Repair(repairCtx, 5*time.Millisecond)
+	waitFor(t, func() bool {
+		return !writer.isDirty(prefix+"realty:id:6") && !writer.isDirty(prefix+"realty:listing:2-2")
+	})
+	cancel()
+	for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
+		e, err := other.Get(ctx, k)
+		if err != nil || titleOf(t, e.Body) != "new" {
+			t.Fatalf("other process read %+v after repair: %v %q", k, err, e.Body)
+		}
 	}
 }

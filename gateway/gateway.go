@@ -11,12 +11,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -28,6 +31,22 @@ type Listings interface {
 	Create(ctx context.Context, l upstream.Listing) (upstream.Listing, cache.Entry, error)
 	Replace(ctx context.Context, l upstream.Listing) (upstream.Listing, cache.Entry, error)
 	Delete(ctx context.Context, firmID, id int64) error
+}
+
+// RateLimiter counts events per key against a limit. Take counts one and
+// Check only looks; both return how long to wait, zero when allowed.
+type RateLimiter interface {
+	Take(ctx context.Context, key string, lim ratelimit.Limit) time.Duration
+	Check(ctx context.Context, key string, lim ratelimit.Limit) time.Duration
+}
+
+// LoginLimits bound login attempts.
+type LoginLimits struct {
+	// AccountFailures counts failed logins per e-mail.
+	AccountFailures ratelimit.Limit
+	// IP and Key count every attempt per client IP and per API key.
+	IP  ratelimit.Limit
+	Key ratelimit.Limit
 }
 
 // Purger asks a CDN to drop what it holds under surrogate keys. It must
@@ -79,6 +98,10 @@ type Config struct {
 	// means they revalidate each time with the ETag.
 	MaxAge time.Duration
 	CDN    CDN
+
+	Limits LoginLimits
+	// TrustedProxies may set X-Forwarded-For; others' is ignored.
+	TrustedProxies []netip.Prefix
 }
 
 // Server holds the gateway's dependencies.
@@ -87,6 +110,7 @@ type Server struct {
 	listings          Listings
 	accounts          Accounts
 	purger            Purger
+	limiter           RateLimiter
 	log               *slog.Logger
 	hashing           *semaphore.Weighted
 	dummyHash         string
@@ -95,7 +119,7 @@ type Server struct {
 
 // New builds a Server. It hashes one random password for the dummy
 // verification of unknown accounts.
-func New(cfg Config, listings Listings, accounts Accounts, purger Purger, log *slog.Logger) (*Server, error) {
+func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, purger Purger, log *slog.Logger) (*Server, error) {
 	if len(cfg.Keys) == 0 {
 		return nil, errors.New("gateway: no signing key")
 	}
@@ -112,6 +136,7 @@ func New(cfg Config, listings Listings, accounts Accounts, purger Purger, log *s
 		listings:          listings,
 		accounts:          accounts,
 		purger:            purger,
+		limiter:           limiter,
 		log:               log,
 		hashing:           newHashing(cfg.HashConcurrency),
 		dummyHash:         dummy,
@@ -161,3 +186,35 @@ type NoPurge struct{}
 
 // Purge does nothing.
 func (NoPurge) Purge(...string) {}
+
+// clientIP is the peer's address, or, when the peer is a trusted proxy,
+// the right-most address in X-Forwarded-For that is not a trusted proxy:
+// left of that, anyone may have written anything.
+func (s *Server) clientIP(c *fiber.Ctx) string {
+	addr, _ := netip.AddrFromSlice(c.Context().RemoteIP())
+	addr = addr.Unmap()
+	if !s.trusted(addr) {
+		return addr.String()
+	}
+	hops := strings.Split(c.Get(fiber.HeaderXForwardedFor), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		addr = hop.Unmap()
+		if !s.trusted(addr) {
+			break
+		}
+	}
+	return addr.String()
+}
+
+func (s *Server) trusted(addr netip.Addr) bool {
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}

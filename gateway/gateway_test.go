@@ -16,6 +16,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
 )
@@ -84,11 +85,16 @@ func newFixtureWith(t *testing.T, change func(*Config), purger Purger) fixture {
 		TokenTTL: time.Hour, Leeway: 30 * time.Second,
 		RequestTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, IdleTimeout: time.Second,
 		BodyLimit: 1 << 20, HeaderLimit: 8192, RetryAfter: 5 * time.Second, HashConcurrency: 2, HashWait: time.Second,
+		Limits: LoginLimits{
+			AccountFailures: ratelimit.Limit{Count: 1000, Period: time.Minute},
+			IP:              ratelimit.Limit{Count: 1000, Period: time.Minute},
+			Key:             ratelimit.Limit{Count: 1000, Period: time.Minute},
+		},
 	}
 	if change != nil {
 		change(&cfg)
 	}
-	srv, err := New(cfg, listings, guarded, purger, log)
+	srv, err := New(cfg, listings, guarded, ratelimit.New(nil, "", time.Second, time.Hour, log), purger, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,21 @@ func (s *Server) login(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
-	user, err := s.authenticate(ctx, req)
+	digest := KeyDigest(req.Key)
+	account := "login:account:" + hashed(upstream.NormalizeEmail(req.Email))
+	if wait := s.limiter.Take(ctx, "login:ip:"+s.clientIP(c), s.cfg.Limits.IP); wait > 0 {
+		return tooManyLogins(wait)
+	}
+	if wait := s.limiter.Take(ctx, "login:key:"+hex.EncodeToString(digest), s.cfg.Limits.Key); wait > 0 {
+		return tooManyLogins(wait)
+	}
+	if wait := s.limiter.Check(ctx, account, s.cfg.Limits.AccountFailures); wait > 0 {
+		return tooManyLogins(wait)
+	}
+	user, err := s.authenticate(ctx, req, digest)
+	if errors.Is(err, errBadCredentials) {
+		s.limiter.Take(ctx, account, s.cfg.Limits.AccountFailures)
+	}
 	if err != nil {
 		return err
 	}
@@ -101,8 +115,8 @@ func (s *Server) login(c *fiber.Ctx) error {
 
 // authenticate checks the key, the e-mail and the password. Every failure
 // costs one argon2id verification, so timing does not tell them apart.
-func (s *Server) authenticate(ctx context.Context, req loginRequest) (upstream.User, error) {
-	firm, err := s.accounts.FirmByKeyDigest(ctx, KeyDigest(req.Key))
+func (s *Server) authenticate(ctx context.Context, req loginRequest, keyDigest []byte) (upstream.User, error) {
+	firm, err := s.accounts.FirmByKeyDigest(ctx, keyDigest)
 	if errors.Is(err, upstream.ErrNotFound) {
 		return upstream.User{}, s.reject(ctx, req.Password)
 	}
@@ -154,6 +168,12 @@ func (s *Server) verifyPassword(ctx context.Context, password, hash string) (boo
 		return false, errBadCredentials
 	}
 	return ok, nil
+}
+
+// hashed keeps personal data such as e-mails out of limiter keys.
+func hashed(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
 }
 
 func newHashing(n int) *semaphore.Weighted { return semaphore.NewWeighted(int64(max(n, 1))) }

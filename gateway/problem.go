@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -14,13 +15,18 @@ import (
 // problem is an error that is answered as it stands: its detail is written
 // for the client.
 type problem struct {
-	status int
-	detail string
+	status     int
+	detail     string
+	retryAfter time.Duration
 }
 
 func (p *problem) Error() string { return p.detail }
 
 func badRequest(detail string) error { return &problem{status: fiber.StatusBadRequest, detail: detail} }
+
+func tooManyLogins(wait time.Duration) error {
+	return &problem{status: fiber.StatusTooManyRequests, detail: "Too many login attempts; try again later.", retryAfter: wait}
+}
 
 // errBadCredentials is the one answer to every failed login, so that the
 // body does not tell which part was wrong.
@@ -68,10 +74,13 @@ func statusOf(err error) (int, string) {
 // reaches the client.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	status, detail := statusOf(err)
-	switch status {
-	case fiber.StatusUnauthorized:
+	var p *problem
+	switch {
+	case errors.As(err, &p) && p.retryAfter > 0:
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(seconds(p.retryAfter, 1)))
+	case status == fiber.StatusUnauthorized:
 		c.Set(fiber.HeaderWWWAuthenticate, bearerChallenge)
-	case fiber.StatusServiceUnavailable:
+	case status == fiber.StatusServiceUnavailable:
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(s.retryAfterSeconds))
 	}
 	if status >= fiber.StatusInternalServerError {
