@@ -131,7 +131,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 // redisFor returns a client and a key prefix of the test's own, removing
 // its keys when the test ends.
-func redisFor(t *testing.T) (*redis.Client, string) {
+func redisFor(t testing.TB) (*redis.Client, string) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisOrStandIn(t), ContextTimeoutEnabled: true})
 	prefix := testenv.RandomName("t") + ":"
@@ -146,7 +146,7 @@ func redisFor(t *testing.T) (*redis.Client, string) {
 	return rdb, prefix
 }
 
-func newRedisCache(t *testing.T, src Source) (*Cache, *redis.Client, string) {
+func newRedisCache(t testing.TB, src Source) (*Cache, *redis.Client, string) {
 	rdb, prefix := redisFor(t)
 	return NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog()), rdb, prefix
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"time"
 
@@ -63,7 +64,7 @@ func decodeLogin(body []byte) (loginRequest, error) {
 	if err := dec.Decode(&req); err != nil {
 		return req, badRequest("The body must be a JSON object with string members email, key and optionally password.")
 	}
-	if dec.More() {
+	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
 		return req, badRequest("The body must hold one JSON object.")
 	}
 	if strings.TrimSpace(req.Email) == "" || req.Key == "" {

@@ -19,6 +19,8 @@ const (
 	MaxNoteRunes        = 2_000
 	MaxTextRunes        = 1_000 // any other string member
 	MaxFiles            = 100
+	// MaxFileID leaves room to number the files given without an id.
+	MaxFileID = 1<<53 - 1
 )
 
 // Enumerations of the spec.
@@ -63,15 +65,9 @@ func DecodeListing(body []byte, keepServerSet bool) (Listing, error) {
 	}
 	l := Listing{IsActive: true}
 	d.object(top, reflect.ValueOf(&l).Elem(), "")
-	if l.Location.Latitude == nil {
-		l.Location.Latitude = coords.Latitude
-	}
-	if l.Location.Longitude == nil {
-		l.Location.Longitude = coords.Longitude
-	}
-	if l.Location.NearLocation == nil {
-		l.Location.NearLocation = coords.NearLocation
-	}
+	move(&d, "latitude", coords.Latitude, &l.Location.Latitude)
+	move(&d, "longitude", coords.Longitude, &l.Location.Longitude)
+	move(&d, "nearLocation", coords.NearLocation, &l.Location.NearLocation)
 	for i := range l.RealtyFiles {
 		if l.RealtyFiles[i].Status == nil {
 			approved := fileStatuses[0]
@@ -100,6 +96,18 @@ func reportedUnder(errs []FieldError, field string) bool {
 		}
 	}
 	return false
+}
+
+// move puts a top-level coordinate into location; given in both places it
+// is ambiguous.
+func move[T any](d *decoder, name string, top *T, inLocation **T) {
+	switch {
+	case top == nil:
+	case *inLocation != nil:
+		d.fail(name, "is also given as location."+name+"; give it once, in location")
+	default:
+		*inLocation = top
+	}
 }
 
 // decoder fills a struct from JSON members by their json tags and collects
@@ -212,7 +220,7 @@ func (l *Listing) validate() []FieldError {
 		}
 	}
 	switch {
-	case l.Title == "":
+	case strings.TrimSpace(l.Title) == "":
 		fail("title", "is required")
 	case utf8.RuneCountInString(l.Title) > MaxTitleRunes:
 		fail("title", "must be at most %d characters", MaxTitleRunes)
@@ -255,8 +263,8 @@ func (l *Listing) validate() []FieldError {
 		if f.Status != nil && !slices.Contains(fileStatuses, *f.Status) {
 			fail(field+".status", "must be one of %v", fileStatuses)
 		}
-		if f.ID < 0 {
-			fail(field+".id", "must be positive")
+		if f.ID < 0 || f.ID > MaxFileID {
+			fail(field+".id", "must be within [1, %d]", MaxFileID)
 		}
 		text(field+".imageUrl", f.ImageURL, MaxTextRunes)
 	}

@@ -38,6 +38,10 @@ func TestDecodeListingReportsEveryBadField(t *testing.T) {
 		{name: "array of wrong items", give: `{"title":"x","categoryId":1,"location":{"cityId":1},"attributes":{"sideIdList":[1,"2"]}}`,
 			want: []string{"attributes.sideIdList[1]"}},
 		{name: "object expected", give: `{"title":"x","categoryId":1,"location":[]}`, want: []string{"location"}},
+		{name: "file id that leaves no room", give: `{"title":"x","categoryId":1,"location":{"cityId":1},"realtyFiles":[{"id":9223372036854775807},{}]}`,
+			want: []string{"realtyFiles[0].id"}},
+		{name: "blank title", give: `{"title":"   ","categoryId":1,"location":{"cityId":1}}`, want: []string{"title"}},
+		{name: "latitude given twice", give: `{"title":"x","categoryId":1,"latitude":1000,"location":{"cityId":1,"latitude":1}}`, want: []string{"latitude"}},
 		{name: "negative no", give: `{"title":"x","no":-1,"categoryId":1,"location":{"cityId":1}}`, want: []string{"no"}},
 	}
 	for _, tt := range tests {
