@@ -165,7 +165,7 @@ func defaults() config {
 		BodyLimit:               64 << 10,
 		HeaderLimit:             8 << 10,
 		HashConcurrency:         4,
-		HashWait:                2 * time.Second,
+		HashWait:                250 * time.Millisecond,
 		ShutdownDelay:           0,
 		ShutdownTimeout:         15 * time.Second,
 		HTTPMaxAge:              0,

@@ -19,7 +19,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"path"
 	"strconv"
 	"strings"
@@ -173,8 +175,11 @@ func rollback(ctx context.Context, tx pgx.Tx, err error) error {
 
 // ListingByID returns the listing with this id, unless it is deleted.
 func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, error) {
-	row := s.pool.QueryRow(ctx, `SELECT revision, document FROM listings WHERE id = $1 AND NOT deleted`, id)
-	l, err := scanListing(row)
+	var l upstream.Listing
+	err := s.read(ctx, func(row pgx.Row) (err error) {
+		l, err = scanListing(row)
+		return err
+	}, `SELECT revision, document FROM listings WHERE id = $1 AND NOT deleted`, id)
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("listing %d: %w", id, err)
 	}
@@ -184,9 +189,11 @@ func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, er
 // ListingByNumber returns the listing with this firm and number, unless it
 // is deleted.
 func (s *Store) ListingByNumber(ctx context.Context, firmID, no int64) (upstream.Listing, error) {
-	row := s.pool.QueryRow(ctx,
-		`SELECT revision, document FROM listings WHERE firm_id = $1 AND no = $2 AND NOT deleted`, firmID, no)
-	l, err := scanListing(row)
+	var l upstream.Listing
+	err := s.read(ctx, func(row pgx.Row) (err error) {
+		l, err = scanListing(row)
+		return err
+	}, `SELECT revision, document FROM listings WHERE firm_id = $1 AND no = $2 AND NOT deleted`, firmID, no)
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("listing %s: %w", upstream.ListingNumber(firmID, no), err)
 	}
@@ -278,8 +285,9 @@ func (s *Store) DeleteListing(ctx context.Context, firmID, id int64) (upstream.L
 // FirmByKeyDigest returns the firm whose API key has this digest.
 func (s *Store) FirmByKeyDigest(ctx context.Context, digest []byte) (upstream.Firm, error) {
 	var f upstream.Firm
-	err := s.pool.QueryRow(ctx, `SELECT id, name FROM firms WHERE key_digest = $1`, digest).
-		Scan(&f.ID, &f.Name)
+	err := s.read(ctx, func(row pgx.Row) error {
+		return row.Scan(&f.ID, &f.Name)
+	}, `SELECT id, name FROM firms WHERE key_digest = $1`, digest)
 	if err != nil {
 		return upstream.Firm{}, fmt.Errorf("firm by key digest: %w", notFound(err))
 	}
@@ -289,10 +297,10 @@ func (s *Store) FirmByKeyDigest(ctx context.Context, digest []byte) (upstream.Fi
 // UserByEmail returns the firm's user with this e-mail, compared normalized.
 func (s *Store) UserByEmail(ctx context.Context, firmID int64, email string) (upstream.User, error) {
 	var u upstream.User
-	err := s.pool.QueryRow(ctx,
-		`SELECT id, firm_id, email, password_hash FROM firm_users WHERE firm_id = $1 AND email = $2`,
-		firmID, upstream.NormalizeEmail(email)).
-		Scan(&u.ID, &u.FirmID, &u.Email, &u.PasswordHash)
+	err := s.read(ctx, func(row pgx.Row) error {
+		return row.Scan(&u.ID, &u.FirmID, &u.Email, &u.PasswordHash)
+	}, `SELECT id, firm_id, email, password_hash FROM firm_users WHERE firm_id = $1 AND email = $2`,
+		firmID, upstream.NormalizeEmail(email))
 	if err != nil {
 		return upstream.User{}, fmt.Errorf("user of firm %d: %w", firmID, notFound(err))
 	}
@@ -552,6 +560,40 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.pool.Close()
 	return nil
+}
+
+// read runs a one-row read, and once more when the connection it got had
+// died under it (the server terminated it or restarted): reads are safe to
+// repeat, and the pool hands out a fresh connection the second time.
+func (s *Store) read(ctx context.Context, scan func(pgx.Row) error, sql string, args ...any) error {
+	err := scan(s.pool.QueryRow(ctx, sql, args...))
+	if ctx.Err() != nil {
+		return err
+	}
+	if terminatedByServer(err) {
+		// The server ended its sessions; the pool's idle ones are dead too.
+		s.pool.Reset()
+	} else if !deadConnection(err) {
+		return err
+	}
+	return scan(s.pool.QueryRow(ctx, sql, args...))
+}
+
+// terminatedByServer reports an administrator's or a crash's termination
+// of the session (SQLSTATE 57P01, 57P02).
+func terminatedByServer(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "57P01" || pgErr.Code == "57P02")
+}
+
+// deadConnection reports whether err says the connection, not the query,
+// failed.
+func deadConnection(err error) bool {
+	var pgErr *pgconn.PgError
+	if err == nil || errors.As(err, &pgErr) {
+		return false
+	}
+	return pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
 }
 
 func notFound(err error) error {

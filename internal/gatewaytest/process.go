@@ -1,0 +1,170 @@
+package gatewaytest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"github.com/realty-gateway/gateway/cache"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Process is a running gateway. Base and AdminBase are its two listeners
+// as http:// URLs; Env is the environment it was started with, including
+// the chosen GATEWAY_ADDR and GATEWAY_ADMIN_ADDR.
+type Process struct {
+	Base      string
+	AdminBase string
+	Env       map[string]string
+
+	cmd  *exec.Cmd
+	logs syncBuffer
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// Start runs bin with env on free ports for GATEWAY_ADDR and
+// GATEWAY_ADMIN_ADDR (env itself is not modified) and waits up to 20 s for
+// /readyz to answer 204. In t.Cleanup it sends SIGTERM and waits for the
+// exit (killing after 30 s); when the test failed it logs the gateway's
+// output, clipped to its first 16 KiB and last 48 KiB.
+func Start(t testing.TB, bin string, env map[string]string) *Process {
+	t.Helper()
+	env = maps.Clone(env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	addr, adminAddr := FreeAddr(t), FreeAddr(t)
+	env["GATEWAY_ADDR"], env["GATEWAY_ADMIN_ADDR"] = addr, adminAddr
+	cmd := exec.Command(bin)
+	cmd.Env = Environ(env)
+	cmd.Dir = env["GATEWAY_DATA_DIR"]
+	p := &Process{Base: "http://" + addr, AdminBase: "http://" + adminAddr, Env: env, cmd: cmd, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &p.logs, &p.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("gateway log (%s):\n%s", p.Base, clip(p.Logs()))
+		}
+	})
+
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := client.Get(p.AdminBase + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return p
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("gateway exited before it was ready (%v):\n%s", p.err, p.Logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not ready in 20s:\n%s", p.Logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Logs returns everything the process wrote to stdout and stderr so far.
+func (p *Process) Logs() string { return p.logs.String() }
+
+// Signal sends sig to the process; after the exit it does nothing.
+func (p *Process) Signal(sig os.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+		return p.cmd.Process.Signal(sig)
+	}
+}
+
+// Wait waits for the process to exit and returns its exit error. It may
+// be called any number of times.
+func (p *Process) Wait() error {
+	<-p.done
+	return p.err
+}
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Stats is the gateway's /stats document. Members that this type does not
+// name are ignored.
+type Stats struct {
+	Cache       cache.Stats `json:"cache"`
+	BreakerOpen bool        `json:"breakerOpen"`
+}
+
+// Stats reads /stats from the admin listener; a failure fails the test.
+func (p *Process) Stats(t testing.TB) Stats {
+	t.Helper()
+	s, err := p.ReadStats()
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	return s
+}
+
+// ReadStats reads /stats from the admin listener. Unlike Stats it may be
+// called from any goroutine.
+func (p *Process) ReadStats() (Stats, error) {
+	var s Stats
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(p.AdminBase + "/stats")
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// clip keeps the start and the end of a long log.
+func clip(log string) string {
+	const head, tail = 16 << 10, 48 << 10
+	if len(log) <= head+tail {
+		return log
+	}
+	return fmt.Sprintf("%s\n… %d bytes elided …\n%s", log[:head], len(log)-head-tail, log[len(log)-tail:])
+}
+
+// syncBuffer collects a process's output from two pipes at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
