@@ -9,6 +9,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net/netip"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/hashicorp/golang-lru/v2/expirable"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/realty-gateway/gateway/cache"
@@ -111,6 +113,7 @@ type Server struct {
 	accounts          Accounts
 	purger            Purger
 	limiter           RateLimiter
+	verified          *expirable.LRU[[sha256.Size]byte, verifiedToken]
 	log               *slog.Logger
 	hashing           *semaphore.Weighted
 	dummyHash         string
@@ -137,6 +140,7 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 		accounts:          accounts,
 		purger:            purger,
 		limiter:           limiter,
+		verified:          newVerifiedTokens(),
 		log:               log,
 		hashing:           newHashing(cfg.HashConcurrency),
 		dummyHash:         dummy,

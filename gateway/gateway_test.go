@@ -39,19 +39,19 @@ type fixture struct {
 	srv *Server
 }
 
-func newFixture(t *testing.T) fixture {
+func newFixture(t testing.TB) fixture {
 	t.Helper()
 	return newFixtureWith(t, nil, NoPurge{})
 }
 
-func newFixtureWithKeys(t *testing.T, keys []SigningKey) fixture {
+func newFixtureWithKeys(t testing.TB, keys []SigningKey) fixture {
 	t.Helper()
 	return newFixtureWith(t, func(c *Config) { c.Keys = keys }, NoPurge{})
 }
 
 // newFixtureWith builds the fixture with a changed configuration and a
 // purger of the test's choice.
-func newFixtureWith(t *testing.T, change func(*Config), purger Purger) fixture {
+func newFixtureWith(t testing.TB, change func(*Config), purger Purger) fixture {
 	t.Helper()
 	ctx := context.Background()
 	store, err := sqlite.Open(ctx, t.TempDir()+"/gw.db")
@@ -122,7 +122,7 @@ func (f fixture) get(t *testing.T, path, auth string) (*http.Response, string) {
 }
 
 // sign makes a token with any claims and header, signed with secret.
-func sign(t *testing.T, method jwt.SigningMethod, kid string, claims jwt.MapClaims, secret []byte) string {
+func sign(t testing.TB, method jwt.SigningMethod, kid string, claims jwt.MapClaims, secret []byte) string {
 	t.Helper()
 	tok := jwt.NewWithClaims(method, claims)
 	if kid != "" {
@@ -386,3 +386,22 @@ func TestKeyRotation(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRememberedTokenStillExpires: a token that passed once is remembered,
+// but not past its exp.
+func TestRememberedTokenStillExpires(t *testing.T) {
+	f := newFixtureWith(t, func(c *Config) { c.Leeway = 0 }, NoPurge{})
+	now := time.Now()
+	exp := now.Truncate(time.Second).Add(2 * time.Second)
+	tok := "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "exp", exp.Unix()), testSecret)
+	if resp, body := f.get(t, "/realty/1", tok); resp.StatusCode != 200 {
+		t.Fatalf("before exp: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := f.get(t, "/realty/1", tok); resp.StatusCode != 200 {
+		t.Fatalf("remembered token before exp: %d", resp.StatusCode)
+	}
+	time.Sleep(time.Until(exp) + 50*time.Millisecond)
+	if resp, _ := f.get(t, "/realty/1", tok); resp.StatusCode != 401 {
+		t.Fatalf("remembered token after exp: %d, want 401", resp.StatusCode)
+	}
+}

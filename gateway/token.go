@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"math"
@@ -14,6 +15,7 @@ import (
 	jwtware "github.com/gofiber/contrib/jwt"
 	"github.com/gofiber/fiber/v2"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/hashicorp/golang-lru/v2/expirable"
 )
 
 const (
@@ -172,16 +174,43 @@ func (s *Server) requireToken() fiber.Handler {
 			if !ok || s.checkClaims(claims, time.Now()) != nil {
 				return errUnauthorized
 			}
-			c.Locals(principalKey, principal{FirmID: claims.FirmID, FirmUserID: claims.FirmUserID})
+			p := principal{FirmID: claims.FirmID, FirmUserID: claims.FirmUserID}
+			s.verified.Add(sha256.Sum256(c.Request().Header.Peek(fiber.HeaderAuthorization)),
+				verifiedToken{principal: p, until: claims.ExpiresAt.time().Add(s.cfg.Leeway)})
+			c.Locals(principalKey, p)
 			return c.Next()
 		},
 	})
 	return func(c *fiber.Ctx) error {
-		if !wellFormedBearer(c.Request().Header.Peek(fiber.HeaderAuthorization)) {
+		header := c.Request().Header.Peek(fiber.HeaderAuthorization)
+		if !wellFormedBearer(header) {
 			return errUnauthorized
+		}
+		if v, ok := s.verified.Get(sha256.Sum256(header)); ok && time.Now().Before(v.until) {
+			c.Locals(principalKey, v.principal)
+			return c.Next()
 		}
 		return verify(c)
 	}
+}
+
+// verifiedToken is a token that passed every check, remembered so that the
+// next request with it skips the signature and the claims: the same bytes
+// give the same answer until the token expires. Only valid tokens are kept,
+// keyed by the digest of the whole header.
+type verifiedToken struct {
+	principal principal
+	until     time.Time
+}
+
+// Bounds of the verified-token memory.
+const (
+	verifiedTokens   = 50_000
+	verifiedTokenTTL = time.Minute
+)
+
+func newVerifiedTokens() *expirable.LRU[[sha256.Size]byte, verifiedToken] {
+	return expirable.NewLRU[[sha256.Size]byte, verifiedToken](verifiedTokens, nil, verifiedTokenTTL)
 }
 
 // wellFormedBearer accepts exactly "Bearer <token68>" (RFC 6750 §2.1):

@@ -14,7 +14,7 @@ import (
 )
 
 // bearer returns an Authorization value for a user of a firm.
-func bearer(t *testing.T, firmID, userID int64) string {
+func bearer(t testing.TB, firmID, userID int64) string {
 	t.Helper()
 	c := with(with(with(goodClaims(time.Now()), "firmId", firmID), "firmUserId", userID), "sub", jsonNumber(userID))
 	return "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", c, testSecret)
