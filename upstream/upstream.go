@@ -186,6 +186,22 @@ func (l *Listing) Normalize() {
 	}
 }
 
+// Replaced returns next as the version of stored written at now (epoch
+// ms): id, firm, number, user and createdDate are the stored ones, and
+// updatedDate and revision grow. A different non-zero number is a
+// *ValidationError for field "no".
+func (stored Listing) Replaced(next Listing, now int64) (Listing, error) {
+	if next.No != 0 && next.No != stored.No {
+		return Listing{}, Invalid("no", "cannot be changed")
+	}
+	next.ID, next.FirmID, next.No = stored.ID, stored.FirmID, stored.No
+	next.FirmUserID, next.CreatedDate = stored.FirmUserID, stored.CreatedDate
+	next.UpdatedDate = max(now, stored.UpdatedDate+1)
+	next.Revision = stored.Revision + 1
+	next.Normalize()
+	return next, nil
+}
+
 // ImportError names the entry of an import file that rejected the whole
 // file. Err is one of the domain errors.
 type ImportError struct {

@@ -20,9 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
-	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -32,38 +30,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/realty-gateway/gateway/upstream"
+	"github.com/realty-gateway/gateway/upstream/internal/sqlstore"
 )
 
-//go:embed migrations/*.sql
-var migrationFiles embed.FS
-
-// migrations are the schema steps in order: applying migrations[i] brings a
+// migrationFiles are the schema steps, loaded by Open: step i+1 brings a
 // database from version i to i+1. Version 0 (no schema_version rows) is also
 // what databases made before versioning are at; step 1 is their schema,
 // kept idempotent.
-var migrations = mustLoadSteps(migrationFiles, "migrations")
-
-// mustLoadSteps reads the files NNNN_name.sql of dir, which must be numbered
-// 1, 2, 3... in order.
-func mustLoadSteps(fsys fs.FS, dir string) []string {
-	names, err := fs.Glob(fsys, dir+"/*.sql")
-	if err != nil {
-		panic(err)
-	}
-	steps := make([]string, len(names)) // fs.Glob sorts the names
-	for i, name := range names {
-		num, _, _ := strings.Cut(path.Base(name), "_")
-		if n, err := strconv.Atoi(num); err != nil || n != i+1 {
-			panic(fmt.Sprintf("migration %s: want step number %d", name, i+1))
-		}
-		b, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			panic(err)
-		}
-		steps[i] = string(b)
-	}
-	return steps
-}
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
 
 // migrationLock is the pg_advisory_xact_lock key held while a schema step is
 // applied, so that processes starting at once do not race.
@@ -91,6 +67,10 @@ var _ upstream.Store = (*Store)(nil)
 // Open connects to the database at url and brings its schema up to date. A
 // database whose schema is newer than this build knows is an error.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	steps, err := sqlstore.LoadSteps(migrationFiles, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("load migrations: %w", err)
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse postgres url: %w", err)
@@ -106,7 +86,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect postgres: %w", err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if err := migrate(ctx, pool, steps); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("migrate postgres: %w", err)
 	}
@@ -114,11 +94,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 }
 
 // migrate applies the missing steps one by one, each in a transaction.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+func migrate(ctx context.Context, pool *pgxpool.Pool, steps []string) error {
 	for {
 		var done bool
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-			done, err = migrateStep(ctx, tx)
+			done, err = migrateStep(ctx, tx, steps)
 			return err
 		})
 		if err != nil || done {
@@ -130,7 +110,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // migrateStep applies the step after the database's version and records
 // it, under the advisory lock. It reports done when the database is up to
 // date.
-func migrateStep(ctx context.Context, tx pgx.Tx) (done bool, err error) {
+func migrateStep(ctx context.Context, tx pgx.Tx, steps []string) (done bool, err error) {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 		return false, err
 	}
@@ -146,14 +126,14 @@ func migrateStep(ctx context.Context, tx pgx.Tx) (done bool, err error) {
 		return false, fmt.Errorf("read schema version: %w", err)
 	}
 	switch {
-	case version > len(migrations):
-		return false, fmt.Errorf("schema version %d is newer than this build knows (%d)", version, len(migrations))
-	case version == len(migrations):
+	case version > len(steps):
+		return false, fmt.Errorf("schema version %d is newer than this build knows (%d)", version, len(steps))
+	case version == len(steps):
 		return true, nil
 	}
 	// Without arguments Exec uses the simple protocol, which runs several
 	// statements.
-	if _, err := tx.Exec(ctx, migrations[version]); err != nil {
+	if _, err := tx.Exec(ctx, steps[version]); err != nil {
 		return false, fmt.Errorf("schema step %d: %w", version+1, err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (version) VALUES ($1)`, version+1); err != nil {
@@ -233,7 +213,7 @@ func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing) (_ upstre
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("update listing %d of firm %d: %w", l.ID, l.FirmID, err)
 	}
-	l, err = replace(stored, l, time.Now().UnixMilli())
+	l, err = stored.Replaced(l, time.Now().UnixMilli())
 	if err != nil {
 		return upstream.Listing{}, err
 	}
@@ -248,21 +228,6 @@ func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing) (_ upstre
 	if err := tx.Commit(ctx); err != nil {
 		return upstream.Listing{}, fmt.Errorf("update listing %d: commit: %w", l.ID, err)
 	}
-	return l, nil
-}
-
-// replace returns l as the next version of stored, written at now (epoch
-// ms): id, firm, number, user and createdDate are the stored ones, and
-// updatedDate and revision grow. A different non-zero number is invalid.
-func replace(stored, l upstream.Listing, now int64) (upstream.Listing, error) {
-	if l.No != 0 && l.No != stored.No {
-		return upstream.Listing{}, upstream.Invalid("no", "cannot be changed")
-	}
-	l.ID, l.FirmID, l.No = stored.ID, stored.FirmID, stored.No
-	l.FirmUserID, l.CreatedDate = stored.FirmUserID, stored.CreatedDate
-	l.UpdatedDate = max(now, stored.UpdatedDate+1)
-	l.Revision = stored.Revision + 1
-	l.Normalize()
 	return l, nil
 }
 
@@ -363,30 +328,9 @@ func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) (_ []
 	if _, err := tx.Exec(ctx, `LOCK TABLE listings IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 		return nil, fmt.Errorf("import: %w", err)
 	}
-	im := importer{
-		tx:    tx,
-		now:   time.Now().UnixMilli(),
-		nos:   map[int64]*counter{},
-		firms: map[int64]bool{},
-		users: map[int64]int64{},
-		seen:  map[[2]int64]bool{},
-	}
-	// Here and below, tombstones count: a deleted listing's id and number
-	// are never given out again.
-	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&im.ids.stored); err != nil {
-		return nil, fmt.Errorf("import: %w", err)
-	}
-	im.ids.max = im.ids.stored
-
-	out := make([]upstream.Listing, len(ls))
-	for i, l := range ls {
-		if out[i], err = im.add(ctx, l); err != nil {
-			var de *domainErr
-			if errors.As(err, &de) {
-				return nil, &upstream.ImportError{Index: i, ID: l.ID, Err: de.err}
-			}
-			return nil, fmt.Errorf("import entry %d: %w", i, err)
-		}
+	out, err := sqlstore.Import(ctx, importTx{tx}, ls, time.Now().UnixMilli())
+	if err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("import: commit: %w", err)
@@ -394,152 +338,52 @@ func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) (_ []
 	return out, nil
 }
 
-// counter tracks the largest id (or no) before the import and so far.
-type counter struct {
-	stored, max int64
+// importTx is the SQL of an import, in its transaction under the table lock.
+type importTx struct{ tx pgx.Tx }
+
+func (t importTx) FirmExists(ctx context.Context, firmID int64) (exists bool, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM firms WHERE id = $1)`, firmID).Scan(&exists)
+	return exists, err
 }
 
-// importer holds what one import learned so far, under its table lock.
-type importer struct {
-	tx    pgx.Tx
-	now   int64
-	ids   counter
-	nos   map[int64]*counter // by firm
-	firms map[int64]bool     // firm id: exists
-	users map[int64]int64    // user id: its firm id, 0 when unknown
-	seen  map[[2]int64]bool  // {0, id} and {firm id, no} taken in this file
+func (t importTx) UserFirm(ctx context.Context, userID int64) (firmID int64, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT firm_id FROM firm_users WHERE id = $1`, userID).Scan(&firmID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return firmID, err
 }
 
-// domainErr marks an entry's fault, as opposed to a failure of the store.
-type domainErr struct{ err error }
-
-func (e *domainErr) Error() string { return e.err.Error() }
-
-func reject(format string, args ...any) error {
-	return &domainErr{err: fmt.Errorf(format, args...)}
+func (t importTx) IDTaken(ctx context.Context, id int64) (taken bool, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM listings WHERE id = $1)`, id).Scan(&taken)
+	return taken, err
 }
 
-func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listing, error) {
-	if l.ID < 0 || l.No < 0 {
-		return l, reject("negative id or no: %w", upstream.ErrInvalid)
-	}
-	if err := im.checkOwner(ctx, l.FirmID, l.FirmUserID); err != nil {
-		return l, err
-	}
+func (t importTx) NoTaken(ctx context.Context, firmID, no int64) (taken bool, err error) {
+	err = t.tx.QueryRow(ctx,
+		`SELECT EXISTS (SELECT 1 FROM listings WHERE firm_id = $1 AND no = $2)`, firmID, no).Scan(&taken)
+	return taken, err
+}
 
-	id, ok, err := im.take(ctx, &im.ids, 0, l.ID, `SELECT EXISTS (SELECT 1 FROM listings WHERE id = $1)`, l.ID)
-	if err != nil {
-		return l, err
-	}
-	if !ok {
-		return l, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
-	}
-	nos, err := im.firmNos(ctx, l.FirmID)
-	if err != nil {
-		return l, err
-	}
-	no, ok, err := im.take(ctx, nos, l.FirmID, l.No,
-		`SELECT EXISTS (SELECT 1 FROM listings WHERE firm_id = $1 AND no = $2)`, l.FirmID, l.No)
-	if err != nil {
-		return l, err
-	}
-	if !ok {
-		return l, reject("listing %s taken: %w", upstream.ListingNumber(l.FirmID, l.No), upstream.ErrConflict)
-	}
-	l.ID, l.No = id, no
+func (t importTx) MaxID(ctx context.Context) (id int64, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&id)
+	return id, err
+}
 
-	if l.CreatedDate == 0 {
-		l.CreatedDate = im.now
-	}
-	if l.UpdatedDate == 0 {
-		l.UpdatedDate = l.CreatedDate
-	}
-	l.Revision = 1
-	l.Normalize()
-	doc, err := json.Marshal(l)
-	if err != nil {
-		return l, fmt.Errorf("encode: %w", err)
-	}
-	_, err = im.tx.Exec(ctx,
+func (t importTx) MaxNo(ctx context.Context, firmID int64) (no int64, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT COALESCE(MAX(no), 0) FROM listings WHERE firm_id = $1`, firmID).Scan(&no)
+	return no, err
+}
+
+func (t importTx) Insert(ctx context.Context, l upstream.Listing, doc []byte) error {
+	_, err := t.tx.Exec(ctx,
 		`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
 		 VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 		l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision, string(doc))
-	if err != nil {
-		if ce := constraintError(err); ce != nil {
-			return l, reject("listing %d or %s: %w", l.ID, l.ListingID, ce)
-		}
-		return l, err
+	if ce := constraintError(err); ce != nil {
+		return ce
 	}
-	return l, nil
-}
-
-// checkOwner rejects a listing whose firm is unknown or whose user is not
-// one of that firm's.
-func (im *importer) checkOwner(ctx context.Context, firmID, userID int64) error {
-	exists, ok := im.firms[firmID]
-	if !ok {
-		err := im.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM firms WHERE id = $1)`, firmID).Scan(&exists)
-		if err != nil {
-			return err
-		}
-		im.firms[firmID] = exists
-	}
-	if !exists {
-		return reject("unknown firm %d: %w", firmID, upstream.ErrInvalid)
-	}
-
-	owner, ok := im.users[userID]
-	if !ok {
-		err := im.tx.QueryRow(ctx, `SELECT firm_id FROM firm_users WHERE id = $1`, userID).Scan(&owner)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		im.users[userID] = owner
-	}
-	if owner != firmID {
-		return reject("firm %d has no user %d: %w", firmID, userID, upstream.ErrInvalid)
-	}
-	return nil
-}
-
-func (im *importer) firmNos(ctx context.Context, firmID int64) (*counter, error) {
-	if c, ok := im.nos[firmID]; ok {
-		return c, nil
-	}
-	c := &counter{}
-	err := im.tx.QueryRow(ctx, `SELECT COALESCE(MAX(no), 0) FROM listings WHERE firm_id = $1`, firmID).
-		Scan(&c.stored)
-	if err != nil {
-		return nil, err
-	}
-	c.max = c.stored
-	im.nos[firmID] = c
-	return c, nil
-}
-
-// take claims give, or the next free value of c when give is zero. It
-// reports false when give is taken in this file or, as query tells, in the
-// store. scope is 0 for ids and the firm id for numbers.
-func (im *importer) take(ctx context.Context, c *counter, scope, give int64, query string, args ...any) (int64, bool, error) {
-	if give == 0 {
-		give = c.max + 1
-	} else {
-		if im.seen[[2]int64{scope, give}] {
-			return 0, false, nil
-		}
-		if give <= c.stored {
-			var taken bool
-			if err := im.tx.QueryRow(ctx, query, args...).Scan(&taken); err != nil {
-				return 0, false, err
-			}
-			if taken {
-				return 0, false, nil
-			}
-		}
-	}
-	im.seen[[2]int64{scope, give}] = true
-	c.max = max(c.max, give)
-	return give, true, nil
+	return err
 }
 
 // Empty reports whether no firm is stored.

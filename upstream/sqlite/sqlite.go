@@ -19,48 +19,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/realty-gateway/gateway/upstream"
+	"github.com/realty-gateway/gateway/upstream/internal/sqlstore"
 )
 
+// migrationFiles are the schema steps, loaded by Open: step i+1 brings a
+// file from user_version i to i+1. Version 0 is also what files made before
+// versioning are at; step 1 is their schema, kept idempotent.
+//
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
-
-// migrations are the schema steps in order: applying migrations[i] brings a
-// database from user_version i to i+1. Version 0 is also what files made
-// before versioning are at; step 1 is their schema, kept idempotent.
-var migrations = mustLoadSteps(migrationFiles, "migrations")
-
-// mustLoadSteps reads the files NNNN_name.sql of dir, which must be numbered
-// 1, 2, 3... in order.
-func mustLoadSteps(fsys fs.FS, dir string) []string {
-	names, err := fs.Glob(fsys, dir+"/*.sql")
-	if err != nil {
-		panic(err)
-	}
-	steps := make([]string, len(names)) // fs.Glob sorts the names
-	for i, name := range names {
-		num, _, _ := strings.Cut(path.Base(name), "_")
-		if n, err := strconv.Atoi(num); err != nil || n != i+1 {
-			panic(fmt.Sprintf("migration %s: want step number %d", name, i+1))
-		}
-		b, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			panic(err)
-		}
-		steps[i] = string(b)
-	}
-	return steps
-}
 
 // dsnParams are applied by the driver to every new connection.
 const dsnParams = "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_txlock=immediate"
@@ -83,6 +58,10 @@ var _ upstream.Store = (*Store)(nil)
 // when missing, and brings its schema up to date. A file whose schema is
 // newer than this build knows is an error.
 func Open(ctx context.Context, path string) (*Store, error) {
+	steps, err := sqlstore.LoadSteps(migrationFiles, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("load migrations: %w", err)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create directory of %s: %w", path, err)
 	}
@@ -91,16 +70,16 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s := &Store{db: db}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrate(ctx, steps); err != nil {
 		return nil, errors.Join(fmt.Errorf("migrate %s: %w", path, err), db.Close())
 	}
 	return s, nil
 }
 
 // migrate applies the missing steps one by one.
-func (s *Store) migrate(ctx context.Context) error {
+func (s *Store) migrate(ctx context.Context, steps []string) error {
 	for {
-		done, err := s.migrateStep(ctx)
+		done, err := s.migrateStep(ctx, steps)
 		if err != nil || done {
 			return err
 		}
@@ -111,7 +90,7 @@ func (s *Store) migrate(ctx context.Context) error {
 // one transaction that holds the write lock from BEGIN, so that processes
 // opening the file at once apply each step once. It reports done when the
 // file is up to date.
-func (s *Store) migrateStep(ctx context.Context) (done bool, err error) {
+func (s *Store) migrateStep(ctx context.Context, steps []string) (done bool, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
@@ -122,12 +101,12 @@ func (s *Store) migrateStep(ctx context.Context) (done bool, err error) {
 		return false, fmt.Errorf("read schema version: %w", err)
 	}
 	switch {
-	case version > len(migrations):
-		return false, fmt.Errorf("schema version %d is newer than this build knows (%d)", version, len(migrations))
-	case version == len(migrations):
+	case version > len(steps):
+		return false, fmt.Errorf("schema version %d is newer than this build knows (%d)", version, len(steps))
+	case version == len(steps):
 		return true, tx.Commit()
 	}
-	if _, err := tx.ExecContext(ctx, migrations[version]); err != nil {
+	if _, err := tx.ExecContext(ctx, steps[version]); err != nil {
 		return false, fmt.Errorf("schema step %d: %w", version+1, err)
 	}
 	// PRAGMA takes no parameters; version is an int.
@@ -199,7 +178,7 @@ func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing) (_ upstre
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("update listing %d of firm %d: %w", l.ID, l.FirmID, err)
 	}
-	l, err = replace(stored, l, time.Now().UnixMilli())
+	l, err = stored.Replaced(l, time.Now().UnixMilli())
 	if err != nil {
 		return upstream.Listing{}, err
 	}
@@ -214,21 +193,6 @@ func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing) (_ upstre
 	if err := tx.Commit(); err != nil {
 		return upstream.Listing{}, fmt.Errorf("update listing %d: commit: %w", l.ID, err)
 	}
-	return l, nil
-}
-
-// replace returns l as the next version of stored, written at now (epoch
-// ms): id, firm, number, user and createdDate are the stored ones, and
-// updatedDate and revision grow. A different non-zero number is invalid.
-func replace(stored, l upstream.Listing, now int64) (upstream.Listing, error) {
-	if l.No != 0 && l.No != stored.No {
-		return upstream.Listing{}, upstream.Invalid("no", "cannot be changed")
-	}
-	l.ID, l.FirmID, l.No = stored.ID, stored.FirmID, stored.No
-	l.FirmUserID, l.CreatedDate = stored.FirmUserID, stored.CreatedDate
-	l.UpdatedDate = max(now, stored.UpdatedDate+1)
-	l.Revision = stored.Revision + 1
-	l.Normalize()
 	return l, nil
 }
 
@@ -311,7 +275,8 @@ func (s *Store) AddUser(ctx context.Context, u upstream.User) (upstream.User, er
 	return u, nil
 }
 
-// ImportListings stores the listings in one transaction: all or none.
+// ImportListings stores the listings in one transaction, which holds the
+// write lock from BEGIN: all or none.
 func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) (_ []upstream.Listing, err error) {
 	if len(ls) == 0 {
 		return []upstream.Listing{}, nil
@@ -322,30 +287,9 @@ func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) (_ []
 	}
 	defer func() { err = rollback(tx, err) }()
 
-	im := importer{
-		tx:    tx,
-		now:   time.Now().UnixMilli(),
-		nos:   map[int64]*counter{},
-		firms: map[int64]bool{},
-		users: map[int64]int64{},
-		seen:  map[[2]int64]bool{},
-	}
-	// Here and below, tombstones count: a deleted listing's id and number
-	// are never given out again.
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&im.ids.stored); err != nil {
-		return nil, fmt.Errorf("import: %w", err)
-	}
-	im.ids.max = im.ids.stored
-
-	out := make([]upstream.Listing, len(ls))
-	for i, l := range ls {
-		if out[i], err = im.add(ctx, l); err != nil {
-			var de *domainErr
-			if errors.As(err, &de) {
-				return nil, &upstream.ImportError{Index: i, ID: l.ID, Err: de.err}
-			}
-			return nil, fmt.Errorf("import entry %d: %w", i, err)
-		}
+	out, err := sqlstore.Import(ctx, importTx{tx}, ls, time.Now().UnixMilli())
+	if err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("import: commit: %w", err)
@@ -353,152 +297,52 @@ func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) (_ []
 	return out, nil
 }
 
-// counter tracks the largest id (or no) before the import and so far.
-type counter struct {
-	stored, max int64
+// importTx is the SQL of an import, in its transaction.
+type importTx struct{ tx *sql.Tx }
+
+func (t importTx) FirmExists(ctx context.Context, firmID int64) (exists bool, err error) {
+	err = t.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM firms WHERE id = ?)`, firmID).Scan(&exists)
+	return exists, err
 }
 
-// importer holds what one import learned so far, under its write lock.
-type importer struct {
-	tx    *sql.Tx
-	now   int64
-	ids   counter
-	nos   map[int64]*counter // by firm
-	firms map[int64]bool     // firm id: exists
-	users map[int64]int64    // user id: its firm id, 0 when unknown
-	seen  map[[2]int64]bool  // {0, id} and {firm id, no} taken in this file
+func (t importTx) UserFirm(ctx context.Context, userID int64) (firmID int64, err error) {
+	err = t.tx.QueryRowContext(ctx, `SELECT firm_id FROM firm_users WHERE id = ?`, userID).Scan(&firmID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return firmID, err
 }
 
-// domainErr marks an entry's fault, as opposed to a failure of the store.
-type domainErr struct{ err error }
-
-func (e *domainErr) Error() string { return e.err.Error() }
-
-func reject(format string, args ...any) error {
-	return &domainErr{err: fmt.Errorf(format, args...)}
+func (t importTx) IDTaken(ctx context.Context, id int64) (taken bool, err error) {
+	err = t.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM listings WHERE id = ?)`, id).Scan(&taken)
+	return taken, err
 }
 
-func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listing, error) {
-	if l.ID < 0 || l.No < 0 {
-		return l, reject("negative id or no: %w", upstream.ErrInvalid)
-	}
-	if err := im.checkOwner(ctx, l.FirmID, l.FirmUserID); err != nil {
-		return l, err
-	}
+func (t importTx) NoTaken(ctx context.Context, firmID, no int64) (taken bool, err error) {
+	err = t.tx.QueryRowContext(ctx,
+		`SELECT EXISTS (SELECT 1 FROM listings WHERE firm_id = ? AND no = ?)`, firmID, no).Scan(&taken)
+	return taken, err
+}
 
-	id, ok, err := im.take(ctx, &im.ids, 0, l.ID, `SELECT EXISTS (SELECT 1 FROM listings WHERE id = ?)`, l.ID)
-	if err != nil {
-		return l, err
-	}
-	if !ok {
-		return l, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
-	}
-	nos, err := im.firmNos(ctx, l.FirmID)
-	if err != nil {
-		return l, err
-	}
-	no, ok, err := im.take(ctx, nos, l.FirmID, l.No,
-		`SELECT EXISTS (SELECT 1 FROM listings WHERE firm_id = ? AND no = ?)`, l.FirmID, l.No)
-	if err != nil {
-		return l, err
-	}
-	if !ok {
-		return l, reject("listing %s taken: %w", upstream.ListingNumber(l.FirmID, l.No), upstream.ErrConflict)
-	}
-	l.ID, l.No = id, no
+func (t importTx) MaxID(ctx context.Context) (id int64, err error) {
+	err = t.tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&id)
+	return id, err
+}
 
-	if l.CreatedDate == 0 {
-		l.CreatedDate = im.now
-	}
-	if l.UpdatedDate == 0 {
-		l.UpdatedDate = l.CreatedDate
-	}
-	l.Revision = 1
-	l.Normalize()
-	doc, err := json.Marshal(l)
-	if err != nil {
-		return l, fmt.Errorf("encode: %w", err)
-	}
-	_, err = im.tx.ExecContext(ctx,
+func (t importTx) MaxNo(ctx context.Context, firmID int64) (no int64, err error) {
+	err = t.tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(no), 0) FROM listings WHERE firm_id = ?`, firmID).Scan(&no)
+	return no, err
+}
+
+func (t importTx) Insert(ctx context.Context, l upstream.Listing, doc []byte) error {
+	_, err := t.tx.ExecContext(ctx,
 		`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
 		 VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision, string(doc))
-	if err != nil {
-		if ce := constraintError(err); ce != nil {
-			return l, reject("listing %d or %s: %w", l.ID, l.ListingID, ce)
-		}
-		return l, err
+	if ce := constraintError(err); ce != nil {
+		return ce
 	}
-	return l, nil
-}
-
-// checkOwner rejects a listing whose firm is unknown or whose user is not
-// one of that firm's.
-func (im *importer) checkOwner(ctx context.Context, firmID, userID int64) error {
-	exists, ok := im.firms[firmID]
-	if !ok {
-		err := im.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM firms WHERE id = ?)`, firmID).Scan(&exists)
-		if err != nil {
-			return err
-		}
-		im.firms[firmID] = exists
-	}
-	if !exists {
-		return reject("unknown firm %d: %w", firmID, upstream.ErrInvalid)
-	}
-
-	owner, ok := im.users[userID]
-	if !ok {
-		err := im.tx.QueryRowContext(ctx, `SELECT firm_id FROM firm_users WHERE id = ?`, userID).Scan(&owner)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		im.users[userID] = owner
-	}
-	if owner != firmID {
-		return reject("firm %d has no user %d: %w", firmID, userID, upstream.ErrInvalid)
-	}
-	return nil
-}
-
-func (im *importer) firmNos(ctx context.Context, firmID int64) (*counter, error) {
-	if c, ok := im.nos[firmID]; ok {
-		return c, nil
-	}
-	c := &counter{}
-	err := im.tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(no), 0) FROM listings WHERE firm_id = ?`, firmID).
-		Scan(&c.stored)
-	if err != nil {
-		return nil, err
-	}
-	c.max = c.stored
-	im.nos[firmID] = c
-	return c, nil
-}
-
-// take claims give, or the next free value of c when give is zero. It
-// reports false when give is taken in this file or, as query tells, in the
-// store. scope is 0 for ids and the firm id for numbers.
-func (im *importer) take(ctx context.Context, c *counter, scope, give int64, query string, args ...any) (int64, bool, error) {
-	if give == 0 {
-		give = c.max + 1
-	} else {
-		if im.seen[[2]int64{scope, give}] {
-			return 0, false, nil
-		}
-		if give <= c.stored {
-			var taken bool
-			if err := im.tx.QueryRowContext(ctx, query, args...).Scan(&taken); err != nil {
-				return 0, false, err
-			}
-			if taken {
-				return 0, false, nil
-			}
-		}
-	}
-	im.seen[[2]int64{scope, give}] = true
-	c.max = max(c.max, give)
-	return give, true, nil
+	return err
 }
 
 // Empty reports whether no firm is stored.

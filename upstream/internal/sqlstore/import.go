@@ -1,0 +1,207 @@
+package sqlstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// ImportTx is an engine's import transaction. Deleted listings (tombstones)
+// count in every lookup: their ids and numbers are never given out again.
+type ImportTx interface {
+	// FirmExists reports whether firm firmID is stored.
+	FirmExists(ctx context.Context, firmID int64) (bool, error)
+	// UserFirm returns the firm of user userID, 0 when there is no such user.
+	UserFirm(ctx context.Context, userID int64) (int64, error)
+	// IDTaken reports whether a listing has this id.
+	IDTaken(ctx context.Context, id int64) (bool, error)
+	// NoTaken reports whether a listing of the firm has this number.
+	NoTaken(ctx context.Context, firmID, no int64) (bool, error)
+	// MaxID returns the largest listing id, 0 when there is none.
+	MaxID(ctx context.Context) (int64, error)
+	// MaxNo returns the firm's largest listing number, 0 when there is none.
+	MaxNo(ctx context.Context, firmID int64) (int64, error)
+	// Insert stores l with doc as its document. A constraint violation is
+	// upstream.ErrConflict (unique) or upstream.ErrInvalid (foreign key).
+	Insert(ctx context.Context, l upstream.Listing, doc []byte) error
+}
+
+// Import stores ls through tx as new listings written at now (epoch ms),
+// and returns them as stored. It keeps the given ids and numbers, and gives
+// the next free ones where they are zero. An entry at fault is an
+// *upstream.ImportError; on any error the caller rolls tx back.
+func Import(ctx context.Context, tx ImportTx, ls []upstream.Listing, now int64) ([]upstream.Listing, error) {
+	im := importer{
+		tx:    tx,
+		now:   now,
+		nos:   map[int64]*counter{},
+		firms: map[int64]bool{},
+		users: map[int64]int64{},
+		seen:  map[[2]int64]bool{},
+	}
+	maxID, err := tx.MaxID(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("import: %w", err)
+	}
+	im.ids = counter{stored: maxID, max: maxID}
+
+	out := make([]upstream.Listing, len(ls))
+	for i, l := range ls {
+		if out[i], err = im.add(ctx, l); err != nil {
+			var de *domainErr
+			if errors.As(err, &de) {
+				return nil, &upstream.ImportError{Index: i, ID: l.ID, Err: de.err}
+			}
+			return nil, fmt.Errorf("import entry %d: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// counter tracks the largest id (or no) before the import and so far.
+type counter struct {
+	stored, max int64
+}
+
+// importer holds what one import learned so far, within its transaction.
+type importer struct {
+	tx    ImportTx
+	now   int64
+	ids   counter
+	nos   map[int64]*counter // by firm
+	firms map[int64]bool     // firm id: exists
+	users map[int64]int64    // user id: its firm id, 0 when unknown
+	seen  map[[2]int64]bool  // {0, id} and {firm id, no} taken in this file
+}
+
+// domainErr marks an entry's fault, as opposed to a failure of the store.
+type domainErr struct{ err error }
+
+func (e *domainErr) Error() string { return e.err.Error() }
+
+func reject(format string, args ...any) error {
+	return &domainErr{err: fmt.Errorf(format, args...)}
+}
+
+func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listing, error) {
+	if l.ID < 0 || l.No < 0 {
+		return l, reject("negative id or no: %w", upstream.ErrInvalid)
+	}
+	if err := im.checkOwner(ctx, l.FirmID, l.FirmUserID); err != nil {
+		return l, err
+	}
+
+	id, ok, err := im.take(&im.ids, 0, l.ID, func() (bool, error) {
+		return im.tx.IDTaken(ctx, l.ID)
+	})
+	if err != nil {
+		return l, err
+	}
+	if !ok {
+		return l, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
+	}
+	nos, err := im.firmNos(ctx, l.FirmID)
+	if err != nil {
+		return l, err
+	}
+	no, ok, err := im.take(nos, l.FirmID, l.No, func() (bool, error) {
+		return im.tx.NoTaken(ctx, l.FirmID, l.No)
+	})
+	if err != nil {
+		return l, err
+	}
+	if !ok {
+		return l, reject("listing %s taken: %w", upstream.ListingNumber(l.FirmID, l.No), upstream.ErrConflict)
+	}
+	l.ID, l.No = id, no
+
+	if l.CreatedDate == 0 {
+		l.CreatedDate = im.now
+	}
+	if l.UpdatedDate == 0 {
+		l.UpdatedDate = l.CreatedDate
+	}
+	l.Revision = 1
+	l.Normalize()
+	doc, err := json.Marshal(l)
+	if err != nil {
+		return l, fmt.Errorf("encode: %w", err)
+	}
+	if err := im.tx.Insert(ctx, l, doc); err != nil {
+		if errors.Is(err, upstream.ErrConflict) || errors.Is(err, upstream.ErrInvalid) {
+			return l, reject("listing %d or %s: %w", l.ID, l.ListingID, err)
+		}
+		return l, err
+	}
+	return l, nil
+}
+
+// checkOwner rejects a listing whose firm is unknown or whose user is not
+// one of that firm's.
+func (im *importer) checkOwner(ctx context.Context, firmID, userID int64) error {
+	exists, ok := im.firms[firmID]
+	if !ok {
+		var err error
+		if exists, err = im.tx.FirmExists(ctx, firmID); err != nil {
+			return err
+		}
+		im.firms[firmID] = exists
+	}
+	if !exists {
+		return reject("unknown firm %d: %w", firmID, upstream.ErrInvalid)
+	}
+
+	owner, ok := im.users[userID]
+	if !ok {
+		var err error
+		if owner, err = im.tx.UserFirm(ctx, userID); err != nil {
+			return err
+		}
+		im.users[userID] = owner
+	}
+	if owner != firmID {
+		return reject("firm %d has no user %d: %w", firmID, userID, upstream.ErrInvalid)
+	}
+	return nil
+}
+
+func (im *importer) firmNos(ctx context.Context, firmID int64) (*counter, error) {
+	if c, ok := im.nos[firmID]; ok {
+		return c, nil
+	}
+	stored, err := im.tx.MaxNo(ctx, firmID)
+	if err != nil {
+		return nil, err
+	}
+	c := &counter{stored: stored, max: stored}
+	im.nos[firmID] = c
+	return c, nil
+}
+
+// take claims give, or the next free value of c when give is zero. It
+// reports false when give is taken in this file or, as taken tells, in the
+// store. scope is 0 for ids and the firm id for numbers.
+func (im *importer) take(c *counter, scope, give int64, taken func() (bool, error)) (int64, bool, error) {
+	if give == 0 {
+		give = c.max + 1
+	} else {
+		if im.seen[[2]int64{scope, give}] {
+			return 0, false, nil
+		}
+		if give <= c.stored {
+			inStore, err := taken()
+			if err != nil {
+				return 0, false, err
+			}
+			if inStore {
+				return 0, false, nil
+			}
+		}
+	}
+	im.seen[[2]int64{scope, give}] = true
+	c.max = max(c.max, give)
+	return give, true, nil
+}
