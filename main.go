@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -85,10 +86,16 @@ func openStore(ctx context.Context, cfg config) (upstream.Store, bool, error) {
 	switch {
 	case strings.HasPrefix(u, "sqlite:"):
 		s, err := sqlite.Open(ctx, strings.TrimPrefix(u, "sqlite:"))
-		return s, true, err
+		if err != nil {
+			return nil, false, err
+		}
+		return s, true, nil
 	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
 		s, err := postgres.Open(ctx, u, postgres.Options{MaxConns: cfg.PostgresMaxConns, StatementTimeout: cfg.StoreTimeout})
-		return s, false, err
+		if err != nil {
+			return nil, false, err
+		}
+		return s, false, nil
 	default:
 		return nil, false, errors.New("storeURL must start with sqlite: or postgres://")
 	}
@@ -167,13 +174,19 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer rdb.Close()
 	}
 	listings := newCache(cfg, guarded, rdb, log)
-	go listings.Repair(ctx, time.Second)
+	// Background work outlives the signal: it stops after the drain, so
+	// that the last requests' repairs and purges are not lost.
+	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var backgroundDone sync.WaitGroup
+	defer backgroundDone.Wait()
+	defer stopBackground()
+	backgroundDone.Go(func() { listings.Repair(background, time.Second) })
 	var purger gateway.Purger = gateway.NoPurge{}
 	if cfg.CDNPurgeURL != "" {
 		p := upstream.NewPurger(upstream.PurgeConfig{
 			URLTemplate: string(cfg.CDNPurgeURL), Header: string(cfg.CDNPurgeHeader), Timeout: cfg.CDNPurgeTimeout, Queue: 4096,
 		}, log)
-		go p.Run(ctx)
+		backgroundDone.Go(func() { p.Run(background) })
 		purger = p
 	}
 
@@ -181,7 +194,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	limiter := ratelimit.New(rdb, cfg.RedisPrefix, cfg.RedisTimeout, cfg.LoginLimitPeriod, log)
+	limiter := ratelimit.New(rdb, cfg.RedisPrefix, cfg.RedisTimeout, log)
 	srv, err := gateway.New(gateway.Config{
 		Issuer:          cfg.JWTIssuer,
 		Audience:        cfg.JWTAudience,

@@ -132,12 +132,12 @@ type Cache struct {
 	// dirty are keys that a write could neither update nor remove: they
 	// may hold an old version. They are never served until repaired.
 	dirtyMu    sync.Mutex
-	dirty      map[string]bool
+	dirty      map[string]int64 // key: the revision that failed to publish
 	dirtyCount atomic.Int64
 }
 
 func newCache(src Source, t tier, cfg Config, log *slog.Logger) *Cache {
-	return &Cache{src: src, tier: t, cfg: cfg, log: log, now: time.Now, dirty: map[string]bool{}}
+	return &Cache{src: src, tier: t, cfg: cfg, log: log, now: time.Now, dirty: map[string]int64{}}
 }
 
 // Stats returns the counters so far.
@@ -155,7 +155,7 @@ func (c *Cache) Stats() Stats {
 // when ctx ends, while the shared load goes on for the other callers.
 func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	name := k.name(c.cfg.Prefix)
-	if r, ok := c.lookup(ctx, name); ok && c.fresh(r) {
+	if r, ok := c.lookup(ctx, k, name); ok && c.fresh(r) {
 		if r.kind == kindAbsent {
 			return Entry{}, fmt.Errorf("listing %s: %w", name, upstream.ErrNotFound)
 		}
@@ -190,7 +190,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 
 // load runs once per key at a time.
 func (c *Cache) load(ctx context.Context, k Key, name string) (Entry, error) {
-	prev, cached := c.lookup(ctx, name)
+	prev, cached := c.lookup(ctx, k, name)
 	if cached && c.fresh(prev) {
 		if prev.kind == kindAbsent {
 			return Entry{}, fmt.Errorf("listing %s: %w", name, upstream.ErrNotFound)
@@ -212,7 +212,7 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (Entry, error) {
 		return Entry{}, err
 	case err != nil:
 		if cached && prev.kind != kindAbsent {
-			c.log.Warn("serving stale listing", "key", name, "err", err)
+			c.log.Debug("serving stale listing", "key", name, "err", err)
 			return prev.entry(Stale), nil
 		}
 		return Entry{}, err
@@ -247,6 +247,7 @@ func (c *Cache) recordOf(l upstream.Listing) (record, error) {
 		freshUntil: c.until(c.cfg.Fresh),
 		id:         l.ID,
 		firmID:     l.FirmID,
+		no:         l.No,
 		kind:       k,
 		etag:       etagOf(body),
 		body:       body,
@@ -265,10 +266,10 @@ func (r record) entry(s State) Entry {
 	return Entry{ID: r.id, Body: r.body, ETag: r.etag, FirmID: r.firmID, Active: r.kind == kindActive, State: s, FreshUntil: r.freshUntil}
 }
 
-// lookup reads a key from the tier. Errors, corrupt values and keys that
-// may hold an old version are misses.
-func (c *Cache) lookup(ctx context.Context, name string) (record, bool) {
-	if c.isDirty(name) && !c.repair(ctx, name) {
+// lookup reads a key from the tier. Errors, corrupt or foreign values and
+// keys that may hold an old version are misses.
+func (c *Cache) lookup(ctx context.Context, k Key, name string) (record, bool) {
+	if _, dirty := c.dirtyRevision(name); dirty && !c.repair(ctx, name) {
 		return record{}, false
 	}
 	b, err := c.tier.get(ctx, name)
@@ -277,6 +278,9 @@ func (c *Cache) lookup(ctx context.Context, name string) (record, bool) {
 		return record{}, false
 	}
 	r, err := decodeRecord(b)
+	if err == nil && !r.belongsTo(k) {
+		err = errForeign
+	}
 	if err != nil {
 		c.corrupt.Add(1)
 		c.log.Warn("cache value unreadable, treated as miss", "key", name, "err", err)
@@ -289,6 +293,9 @@ func (c *Cache) lookup(ctx context.Context, name string) (record, bool) {
 func (c *Cache) remember(ctx context.Context, name string, r record, ttl time.Duration) {
 	if ttl <= 0 {
 		return
+	}
+	if rev, dirty := c.dirtyRevision(name); dirty && r.revision < rev {
+		return // older than a write that could not be published
 	}
 	err := c.tier.set(ctx, name, r, ttl)
 	c.observe(err)

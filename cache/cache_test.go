@@ -25,6 +25,9 @@ type source struct {
 	err      error
 	gate     chan struct{} // when set, calls wait for it to close
 	calls    atomic.Int64
+	// lostCommit makes writes commit and then report ErrUnavailable, as a
+	// store that timed out after its commit does.
+	lostCommit bool
 }
 
 func newSource(ls ...upstream.Listing) *source {
@@ -88,6 +91,9 @@ func (s *source) UpdateListing(_ context.Context, l upstream.Listing) (upstream.
 	l.No, l.FirmID, l.Revision = old.No, old.FirmID, old.Revision+1
 	l.Normalize()
 	s.listings[l.ID] = l
+	if s.lostCommit {
+		return upstream.Listing{}, upstream.ErrUnavailable
+	}
 	return l, nil
 }
 
@@ -100,6 +106,9 @@ func (s *source) DeleteListing(_ context.Context, firmID, id int64) (upstream.Li
 	}
 	delete(s.listings, id)
 	old.Revision++
+	if s.lostCommit {
+		return upstream.Listing{}, upstream.ErrUnavailable
+	}
 	return old, nil
 }
 
@@ -320,10 +329,11 @@ func TestCorruptValueIsAMiss(t *testing.T) {
 	}{
 		{name: "garbage", give: "\x00\x01garbage"},
 		{name: "foreign json", give: `{"id":8}`},
-		{name: "wrong version", give: "v9 1 1 8 1 a \"x\"\n{}"},
-		{name: "old layout", give: "v1 1 99999999999999 1 a \"x\"\n{}"},
-		{name: "bad kind", give: "v1 1 99999999999999 8 1 z \"x\"\n{}"},
-		{name: "body not json object", give: "v1 1 99999999999999 8 1 a \"x\"\nnot-json"},
+		{name: "wrong version", give: "v9 1 1 8 2 4 a \"x\"\n{}"},
+		{name: "old layout", give: "v1 1 99999999999999 8 1 a \"x\"\n{}"},
+		{name: "bad kind", give: "v1 1 99999999999999 8 2 4 z \"x\"\n{}"},
+		{name: "body not json object", give: "v1 1 99999999999999 8 2 4 a \"x\"\nnot-json"},
+		{name: "another listing's record", give: "v1 1 99999999999999 9 2 4 a \"x\"\n{}"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,12 +357,13 @@ func TestGuardKeepsNewerRevision(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := tt.give(newSource())
 			ctx := context.Background()
-			newer := record{revision: 5, freshUntil: time.Now().Add(time.Hour).UnixMilli(), firmID: 1, kind: kindActive, etag: []byte(`"n"`), body: []byte(`{"v":5}`)}
+			newer := record{revision: 5, freshUntil: time.Now().Add(time.Hour).UnixMilli(), id: 1, firmID: 1, no: 1, kind: kindActive, etag: []byte(`"n"`), body: []byte(`{"v":5}`)}
 			older := newer
 			older.revision, older.body = 4, []byte(`{"v":4}`)
-			c.remember(ctx, "k", newer, time.Hour)
-			c.remember(ctx, "k", older, time.Hour)
-			r, ok := c.lookup(ctx, "k")
+			name := ByID(1).name(c.cfg.Prefix)
+			c.remember(ctx, name, newer, time.Hour)
+			c.remember(ctx, name, older, time.Hour)
+			r, ok := c.lookup(ctx, ByID(1), name)
 			if !ok || r.revision != 5 || string(r.body) != `{"v":5}` {
 				t.Fatalf("got revision %d body %s; an older fill overwrote a newer value", r.revision, r.body)
 			}

@@ -11,7 +11,7 @@ import (
 // A record is the value stored under a cache key: a one-line text header
 // and then the response body, so a hit needs no JSON encoding.
 //
-//	v1 <revision> <freshUntilUnixMs> <id> <firmId> <a|p|x> <etag>\n<body>
+//	v1 <revision> <freshUntilUnixMs> <id> <firmId> <no> <a|p|x> <etag>\n<body>
 //
 // a is an active listing, p a passive one and x a cached "absent". The
 // revision comes first so that the Lua guard can read it with one match.
@@ -30,12 +30,16 @@ type record struct {
 	freshUntil int64 // unix milliseconds
 	id         int64
 	firmID     int64
+	no         int64
 	kind       kind
 	etag       []byte
 	body       []byte
 }
 
-var errCorrupt = errors.New("corrupt cache record")
+var (
+	errCorrupt = errors.New("corrupt cache record")
+	errForeign = errors.New("cache record of another listing")
+)
 
 // etagOf returns a strong entity tag derived from the body bytes.
 func etagOf(body []byte) []byte {
@@ -57,6 +61,8 @@ func (r record) encode() []byte {
 	b = strconv.AppendInt(b, r.id, 10)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, r.firmID, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, r.no, 10)
 	b = append(b, ' ', byte(r.kind), ' ')
 	b = append(b, r.etag...)
 	b = append(b, '\n')
@@ -71,7 +77,7 @@ func decodeRecord(b []byte) (record, error) {
 		return record{}, errCorrupt
 	}
 	fields := bytes.Fields(head)
-	if len(fields) != 7 || string(fields[0]) != recordVersion || len(fields[5]) != 1 {
+	if len(fields) != 8 || string(fields[0]) != recordVersion || len(fields[6]) != 1 {
 		return record{}, errCorrupt
 	}
 	var r record
@@ -88,8 +94,11 @@ func decodeRecord(b []byte) (record, error) {
 	if r.firmID, err = strconv.ParseInt(string(fields[4]), 10, 64); err != nil {
 		return record{}, errCorrupt
 	}
-	r.kind = kind(fields[5][0])
-	r.etag = fields[6]
+	if r.no, err = strconv.ParseInt(string(fields[5]), 10, 64); err != nil {
+		return record{}, errCorrupt
+	}
+	r.kind = kind(fields[6][0])
+	r.etag = fields[7]
 	r.body = body
 	switch r.kind {
 	case kindActive, kindPassive:
@@ -101,4 +110,17 @@ func decodeRecord(b []byte) (record, error) {
 		return record{}, errCorrupt
 	}
 	return r, nil
+}
+
+// belongsTo reports whether a listing record may stand under k: a value
+// copied or written under the wrong key is foreign. An absent record from
+// a lookup that found nothing names no listing.
+func (r record) belongsTo(k Key) bool {
+	if r.kind == kindAbsent && r.id == 0 {
+		return true
+	}
+	if k.ID > 0 {
+		return r.id == k.ID
+	}
+	return r.firmID == k.FirmID && r.no == k.No
 }

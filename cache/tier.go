@@ -7,9 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/realty-gateway/gateway/upstream"
 )
 
 // tier is where records are kept. get returns nil, nil on a miss. set
@@ -45,25 +47,10 @@ type redisTier struct {
 	cb      *gobreaker.CircuitBreaker[[]byte]
 }
 
-// Settings of the Redis breaker.
-const (
-	redisTripAfter = 3
-	redisOpenFor   = time.Second
-)
-
 // NewRedis returns a cache whose shared tier is Redis. Each Redis
 // operation is bounded by opTimeout.
 func NewRedis(src Source, rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, log *slog.Logger) *Cache {
-	cb := gobreaker.NewCircuitBreaker[[]byte](gobreaker.Settings{
-		Name:        "redis",
-		MaxRequests: 1,
-		Timeout:     redisOpenFor,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= redisTripAfter },
-		IsExcluded:  func(err error) bool { return errors.Is(err, context.Canceled) },
-		OnStateChange: func(name string, from, to gobreaker.State) {
-			log.Warn("breaker state changed", "breaker", name, "from", from.String(), "to", to.String())
-		},
-	})
+	cb := gobreaker.NewCircuitBreaker[[]byte](upstream.FastFail("redis", log))
 	return newCache(src, &redisTier{rdb: rdb, timeout: opTimeout, cb: cb}, cfg, log)
 }
 
@@ -103,32 +90,45 @@ func (t *redisTier) del(ctx context.Context, name string) error {
 // localTier is an in-process LRU for a gateway without Redis.
 type localTier struct {
 	mu  sync.Mutex // makes the revision check and the write one step
-	lru *expirable.LRU[string, []byte]
+	lru *lru.Cache[string, localValue]
+	now func() time.Time
+}
+
+type localValue struct {
+	b       []byte
+	expires time.Time
 }
 
 // NewLocal returns a cache kept in this process, holding at most size keys.
-// It does not cache absence: another process (an import) cannot clear this
-// process's memory, and a cached "absent" would hide its new listings.
+// It does not cache absence found by a read: another process (an import)
+// cannot clear this process's memory, and a cached "absent" would hide its
+// new listings. Deletes made here are cached as absent.
 func NewLocal(src Source, size int, cfg Config, log *slog.Logger) *Cache {
 	cfg.Negative = 0
-	t := &localTier{lru: expirable.NewLRU[string, []byte](size, nil, cfg.Fresh+cfg.Stale)}
-	return newCache(src, t, cfg, log)
+	l, err := lru.New[string, localValue](max(size, 1))
+	if err != nil {
+		panic(err) // only for a size below one, excluded above
+	}
+	return newCache(src, &localTier{lru: l, now: time.Now}, cfg, log)
 }
 
 func (t *localTier) get(_ context.Context, name string) ([]byte, error) {
-	b, _ := t.lru.Get(name)
-	return b, nil
+	v, ok := t.lru.Get(name)
+	if !ok || !t.now().Before(v.expires) {
+		return nil, nil
+	}
+	return v.b, nil
 }
 
-func (t *localTier) set(_ context.Context, name string, r record, _ time.Duration) error {
+func (t *localTier) set(_ context.Context, name string, r record, ttl time.Duration) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if cur, ok := t.lru.Peek(name); ok {
-		if old, err := decodeRecord(cur); err == nil && old.revision > r.revision {
+	if cur, ok := t.lru.Peek(name); ok && t.now().Before(cur.expires) {
+		if old, err := decodeRecord(cur.b); err == nil && old.revision > r.revision {
 			return nil
 		}
 	}
-	t.lru.Add(name, r.encode())
+	t.lru.Add(name, localValue{b: r.encode(), expires: t.now().Add(ttl)})
 	return nil
 }
 

@@ -2,7 +2,9 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/realty-gateway/gateway/upstream"
@@ -12,7 +14,8 @@ import (
 // both keys, each guarded by the store's revision, so that a slow fill of
 // an older version cannot overwrite it. Publishing runs detached from the
 // request: once the store has committed, the cache is brought up to date
-// even if the client has gone.
+// even if the client has gone. A write whose outcome is unknown (the store
+// timed out) removes both keys instead.
 
 // Create stores a new listing and caches it.
 func (c *Cache) Create(ctx context.Context, l upstream.Listing) (upstream.Listing, Entry, error) {
@@ -38,38 +41,58 @@ func (c *Cache) Import(ctx context.Context, ls []upstream.Listing) ([]upstream.L
 	return stored, entries, nil
 }
 
-// Replace replaces a listing and caches the new version.
-func (c *Cache) Replace(ctx context.Context, l upstream.Listing) (upstream.Listing, Entry, error) {
-	stored, err := c.src.UpdateListing(ctx, l)
+// Resolve reads the stored listing under k, bypassing the cache: writes
+// need its current id, firm and number.
+func (c *Cache) Resolve(ctx context.Context, k Key) (upstream.Listing, error) {
+	if k.ID > 0 {
+		return c.src.ListingByID(ctx, k.ID)
+	}
+	return c.src.ListingByNumber(ctx, k.FirmID, k.No)
+}
+
+// Replace replaces the listing current with next and caches the result.
+func (c *Cache) Replace(ctx context.Context, current, next upstream.Listing) (upstream.Listing, Entry, error) {
+	next.ID, next.FirmID = current.ID, current.FirmID
+	stored, err := c.src.UpdateListing(ctx, next)
 	if err != nil {
+		c.afterFailedWrite(ctx, current, err)
 		return upstream.Listing{}, Entry{}, err
 	}
 	e, err := c.publish(ctx, stored)
 	return stored, e, err
 }
 
-// Delete deletes a listing; both keys then hold "absent".
-func (c *Cache) Delete(ctx context.Context, firmID, id int64) error {
-	gone, err := c.src.DeleteListing(ctx, firmID, id)
+// Delete deletes the listing current; both keys then hold "absent". Ids
+// and numbers are never reused, so the tombstone may stay as long as any
+// cached version could.
+func (c *Cache) Delete(ctx context.Context, current upstream.Listing) error {
+	gone, err := c.src.DeleteListing(ctx, current.FirmID, current.ID)
 	if err != nil {
+		c.afterFailedWrite(ctx, current, err)
 		return err
 	}
 	ctx = context.WithoutCancel(ctx)
-	absent := record{revision: gone.Revision, kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}
+	ttl := c.cfg.Fresh + c.cfg.Stale
+	tombstone := record{revision: gone.Revision, id: gone.ID, firmID: gone.FirmID, no: gone.No,
+		kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(ttl)}
 	for _, name := range c.names(gone) {
 		c.group.Forget(name)
-		c.replace(ctx, name, absent, c.cfg.Negative)
+		c.replace(ctx, name, tombstone, ttl)
 	}
 	return nil
 }
 
-// ID returns the id of the listing under k, from the store.
-func (c *Cache) ID(ctx context.Context, k Key) (int64, error) {
-	if k.ID > 0 {
-		return k.ID, nil
+// afterFailedWrite removes both keys when the store may have committed a
+// write it did not confirm; the store's own answers change nothing.
+func (c *Cache) afterFailedWrite(ctx context.Context, l upstream.Listing, err error) {
+	if errors.Is(err, upstream.ErrNotFound) || errors.Is(err, upstream.ErrConflict) || errors.Is(err, upstream.ErrInvalid) {
+		return
 	}
-	l, err := c.src.ListingByNumber(ctx, k.FirmID, k.No)
-	return l.ID, err
+	ctx = context.WithoutCancel(ctx)
+	for _, name := range c.names(l) {
+		c.group.Forget(name)
+		c.forget(ctx, name, math.MaxInt64)
+	}
 }
 
 func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, error) {
@@ -87,43 +110,47 @@ func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, error) 
 	return r.entry(Miss), nil
 }
 
-// replace writes r under name. Where the write fails, it removes the key
-// instead; where that fails too, the key is marked dirty: this process
-// serves it from the store, and Repair removes it once the tier answers.
+// replace writes r under name, or removes the key where the write fails.
 func (c *Cache) replace(ctx context.Context, name string, r record, ttl time.Duration) {
-	var err error
-	if ttl > 0 {
-		err = c.tier.set(ctx, name, r, ttl)
-	} else {
-		err = c.tier.del(ctx, name)
-	}
+	err := c.tier.set(ctx, name, r, ttl)
 	c.observe(err)
-	if err == nil {
-		c.clean(name)
-		return
-	}
-	if err := c.tier.del(ctx, name); err != nil {
-		c.incoherent.Add(1)
-		c.markDirty(name)
-		c.log.Error("cache key may hold an old version until repaired", "key", name, "err", err)
+	if err != nil {
+		c.forget(ctx, name, r.revision)
 		return
 	}
 	c.clean(name)
 }
 
-func (c *Cache) isDirty(name string) bool {
+// forget removes a key that may hold a version older than revision. Where
+// that fails too, the key is marked dirty: this process does not serve it
+// or fill it with anything older, and Repair removes it once the tier
+// answers, so other gateways stop seeing it as well.
+func (c *Cache) forget(ctx context.Context, name string, revision int64) {
+	err := c.tier.del(ctx, name)
+	c.observe(err)
+	if err == nil {
+		c.clean(name)
+		return
+	}
+	c.incoherent.Add(1)
+	c.markDirty(name, revision)
+	c.log.Error("cache key may hold an old version until repaired", "key", name, "err", err)
+}
+
+func (c *Cache) dirtyRevision(name string) (int64, bool) {
 	if c.dirtyCount.Load() == 0 {
-		return false // the common case takes no lock
+		return 0, false // the common case takes no lock
 	}
 	c.dirtyMu.Lock()
 	defer c.dirtyMu.Unlock()
-	return c.dirty[name]
+	rev, ok := c.dirty[name]
+	return rev, ok
 }
 
-func (c *Cache) markDirty(name string) {
+func (c *Cache) markDirty(name string, revision int64) {
 	c.dirtyMu.Lock()
 	defer c.dirtyMu.Unlock()
-	c.dirty[name] = true
+	c.dirty[name] = max(c.dirty[name], revision)
 	c.dirtyCount.Store(int64(len(c.dirty)))
 }
 
@@ -148,9 +175,7 @@ func (c *Cache) repair(ctx context.Context, name string) bool {
 	return true
 }
 
-// Repair removes dirty keys every interval until ctx ends, so that other
-// gateways sharing the tier stop seeing old versions as soon as it answers
-// again.
+// Repair removes dirty keys every interval until ctx ends.
 func (c *Cache) Repair(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()

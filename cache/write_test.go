@@ -46,7 +46,7 @@ func TestSlowFillDoesNotOverwriteAnUpdate(t *testing.T) {
 			src.mu.Unlock()
 			updated := old
 			updated.Title = "new"
-			if _, _, err := c.Replace(ctx, updated); err != nil {
+			if _, _, err := c.Replace(ctx, old, updated); err != nil {
 				t.Fatal(err)
 			}
 			close(gate) // the held fill now writes "old", revision 1
@@ -94,8 +94,9 @@ func TestWritesPublishBothKeys(t *testing.T) {
 				t.Fatal("reads after a create went to the store")
 			}
 
+			created := l
 			l.Title = "replaced"
-			if _, _, err := c.Replace(ctx, l); err != nil {
+			if _, _, err := c.Replace(ctx, created, l); err != nil {
 				t.Fatal(err)
 			}
 			for _, k := range []Key{ByID(4), ByNumber(2, 1)} {
@@ -105,7 +106,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 				}
 			}
 
-			if err := c.Delete(ctx, 2, 4); err != nil {
+			if err := c.Delete(ctx, l); err != nil {
 				t.Fatal(err)
 			}
 			for _, k := range []Key{ByID(4), ByNumber(2, 1)} {
@@ -158,7 +159,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	tier.broken.Store(true)
 	updated := old
 	updated.Title = "new"
-	if _, _, err := writer.Replace(ctx, updated); err != nil {
+	if _, _, err := writer.Replace(ctx, old, updated); err != nil {
 		t.Fatal(err)
 	}
 	if got := writer.Stats().Incoherent; got != 2 {
@@ -175,7 +176,9 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	repairCtx, cancel := context.WithCancel(ctx)
 	go writer.Repair(repairCtx, 5*time.Millisecond)
 	waitFor(t, func() bool {
-		return !writer.isDirty(prefix+"realty:id:6") && !writer.isDirty(prefix+"realty:listing:2-2")
+		_, id := writer.dirtyRevision(prefix + "realty:id:6")
+		_, no := writer.dirtyRevision(prefix + "realty:listing:2-2")
+		return !id && !no
 	})
 	cancel()
 	for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
@@ -183,5 +186,113 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 		if err != nil || titleOf(t, e.Body) != "new" {
 			t.Fatalf("other process read %+v after repair: %v %q", k, err, e.Body)
 		}
+	}
+}
+
+// holdFill starts a read of ByID(id) that reads the store and then waits;
+// closing the returned channel lets it write what it read.
+func holdFill(t *testing.T, c *Cache, src *source, id int64) (release chan struct{}, done chan struct{}) {
+	t.Helper()
+	release, done = make(chan struct{}), make(chan struct{})
+	before := src.calls.Load()
+	src.mu.Lock()
+	src.gate = release
+	src.mu.Unlock()
+	go func() {
+		defer close(done)
+		_, _ = c.Get(context.Background(), ByID(id))
+	}()
+	waitFor(t, func() bool { return src.calls.Load() == before+1 })
+	src.mu.Lock()
+	src.gate = nil
+	src.mu.Unlock()
+	return release, done
+}
+
+// TestSlowFillAfterAFailedPublish: a write cannot publish (Redis fails),
+// then Redis answers again and a fill that read the previous version
+// finishes. It must neither write that version nor clear the dirty mark.
+func TestSlowFillAfterAFailedPublish(t *testing.T) {
+	old := listing(6, 2, 2, true)
+	old.Title = "old"
+	src := newSource(old)
+	writer, rdb, prefix := newRedisCache(t, src)
+	tier := &failingWrites{tier: writer.tier}
+	writer.tier = tier
+	other := NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog())
+	ctx := context.Background()
+
+	release, done := holdFill(t, writer, src, 6) // has read "old"
+	tier.broken.Store(true)
+	updated := old
+	updated.Title = "new"
+	if _, _, err := writer.Replace(ctx, old, updated); err != nil {
+		t.Fatal(err)
+	}
+	tier.broken.Store(false)
+	close(release)
+	<-done
+
+	for _, c := range []*Cache{writer, other} {
+		for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
+			e, err := c.Get(ctx, k)
+			if err != nil || titleOf(t, e.Body) != "new" {
+				t.Fatalf("read %+v: %v %q; the slow fill brought the old version back", k, err, e.Body)
+			}
+		}
+	}
+}
+
+// TestDeleteWinsOverASlowFill: a fill that read the listing before it was
+// deleted must not bring it back, in either tier, even without negative
+// caching.
+func TestDeleteWinsOverASlowFill(t *testing.T) {
+	for _, tt := range cacheKinds(t) {
+		t.Run(tt.name, func(t *testing.T) {
+			l := listing(8, 1, 8, true)
+			src := newSource(l)
+			c := tt.give(src)
+			c.cfg.Negative = 0
+			release, done := holdFill(t, c, src, 8)
+			if err := c.Delete(context.Background(), l); err != nil {
+				t.Fatal(err)
+			}
+			close(release)
+			<-done
+			for _, k := range []Key{ByID(8), ByNumber(1, 8)} {
+				if e, err := c.Get(context.Background(), k); !errors.Is(err, upstream.ErrNotFound) {
+					t.Fatalf("read %+v after delete: %v %q, want ErrNotFound", k, err, e.Body)
+				}
+			}
+		})
+	}
+}
+
+// TestWriteWithUnknownOutcomeRemovesTheKeys: the store commits but the
+// answer is lost (a timeout); the cached copy must not outlive it.
+func TestWriteWithUnknownOutcomeRemovesTheKeys(t *testing.T) {
+	for _, tt := range cacheKinds(t) {
+		t.Run(tt.name, func(t *testing.T) {
+			old := listing(3, 1, 3, true)
+			old.Title = "old"
+			src := newSource(old)
+			c := tt.give(src)
+			ctx := context.Background()
+			if _, err := c.Get(ctx, ByID(3)); err != nil {
+				t.Fatal(err)
+			}
+			src.lostCommit = true
+			updated := old
+			updated.Title = "new"
+			if _, _, err := c.Replace(ctx, old, updated); !errors.Is(err, upstream.ErrUnavailable) {
+				t.Fatalf("err = %v", err)
+			}
+			for _, k := range []Key{ByID(3), ByNumber(1, 3)} {
+				e, err := c.Get(ctx, k)
+				if err != nil || titleOf(t, e.Body) != "new" {
+					t.Fatalf("read %+v after a lost commit: %v %q", k, err, e.Body)
+				}
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"errors"
 	"log/slog"
@@ -17,7 +18,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/realty-gateway/gateway/cache"
@@ -29,10 +30,10 @@ import (
 // the store and both cache keys.
 type Listings interface {
 	Get(ctx context.Context, k cache.Key) (cache.Entry, error)
-	ID(ctx context.Context, k cache.Key) (int64, error)
+	Resolve(ctx context.Context, k cache.Key) (upstream.Listing, error)
 	Create(ctx context.Context, l upstream.Listing) (upstream.Listing, cache.Entry, error)
-	Replace(ctx context.Context, l upstream.Listing) (upstream.Listing, cache.Entry, error)
-	Delete(ctx context.Context, firmID, id int64) error
+	Replace(ctx context.Context, current, next upstream.Listing) (upstream.Listing, cache.Entry, error)
+	Delete(ctx context.Context, current upstream.Listing) error
 }
 
 // RateLimiter counts events per key against a limit. Take counts one and
@@ -113,7 +114,8 @@ type Server struct {
 	accounts          Accounts
 	purger            Purger
 	limiter           RateLimiter
-	verified          *expirable.LRU[[sha256.Size]byte, verifiedToken]
+	verified          *lru.Cache[[sha256.Size]byte, verifiedToken]
+	pseudonymKey      []byte
 	log               *slog.Logger
 	hashing           *semaphore.Weighted
 	dummyHash         string
@@ -141,6 +143,7 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 		purger:            purger,
 		limiter:           limiter,
 		verified:          newVerifiedTokens(),
+		pseudonymKey:      pseudonymKey(cfg.Keys),
 		log:               log,
 		hashing:           newHashing(cfg.HashConcurrency),
 		dummyHash:         dummy,
@@ -178,6 +181,15 @@ func (s *Server) deadline(c *fiber.Ctx) error {
 	defer cancel()
 	c.SetUserContext(ctx)
 	return c.Next()
+}
+
+// pseudonymKey derives the limiter keys' secret from the signing keys, so
+// that every gateway of a deployment derives the same one. It takes the
+// last key, the one that stays longest through a rotation.
+func pseudonymKey(keys []SigningKey) []byte {
+	mac := hmac.New(sha256.New, keys[len(keys)-1].Secret)
+	mac.Write([]byte("login-limit-pseudonyms"))
+	return mac.Sum(nil)
 }
 
 // seconds rounds d up to whole seconds, at least lowest.

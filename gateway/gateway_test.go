@@ -94,7 +94,7 @@ func newFixtureWith(t testing.TB, change func(*Config), purger Purger) fixture {
 	if change != nil {
 		change(&cfg)
 	}
-	srv, err := New(cfg, listings, guarded, ratelimit.New(nil, "", time.Second, time.Hour, log), purger, log)
+	srv, err := New(cfg, listings, guarded, ratelimit.New(nil, "", time.Second, log), purger, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,12 +3,14 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,20 +91,13 @@ func (s *Server) login(c *fiber.Ctx) error {
 	}
 	ctx := c.UserContext()
 	digest := KeyDigest(req.Key)
-	account := "login:account:" + hashed(upstream.NormalizeEmail(req.Email))
 	if wait := s.limiter.Take(ctx, "login:ip:"+s.clientIP(c), s.cfg.Limits.IP); wait > 0 {
 		return tooManyLogins(wait)
 	}
-	if wait := s.limiter.Take(ctx, "login:key:"+hex.EncodeToString(digest), s.cfg.Limits.Key); wait > 0 {
-		return tooManyLogins(wait)
-	}
-	if wait := s.limiter.Check(ctx, account, s.cfg.Limits.AccountFailures); wait > 0 {
+	if wait := s.limiter.Take(ctx, "login:key:"+s.pseudonym(digest), s.cfg.Limits.Key); wait > 0 {
 		return tooManyLogins(wait)
 	}
 	user, err := s.authenticate(ctx, req, digest)
-	if errors.Is(err, errBadCredentials) {
-		s.limiter.Take(ctx, account, s.cfg.Limits.AccountFailures)
-	}
 	if err != nil {
 		return err
 	}
@@ -116,6 +111,9 @@ func (s *Server) login(c *fiber.Ctx) error {
 
 // authenticate checks the key, the e-mail and the password. Every failure
 // costs one argon2id verification, so timing does not tell them apart.
+// Failed logins count against the account (the e-mail within the key's
+// firm) only once the key is known, so that nobody without a firm's key
+// can lock its users out.
 func (s *Server) authenticate(ctx context.Context, req loginRequest, keyDigest []byte) (upstream.User, error) {
 	firm, err := s.accounts.FirmByKeyDigest(ctx, keyDigest)
 	if errors.Is(err, upstream.ErrNotFound) {
@@ -124,6 +122,19 @@ func (s *Server) authenticate(ctx context.Context, req loginRequest, keyDigest [
 	if err != nil {
 		return upstream.User{}, err
 	}
+	account := "login:account:" + s.pseudonym([]byte(strconv.FormatInt(firm.ID, 10)+"\x00"+upstream.NormalizeEmail(req.Email)))
+	if wait := s.limiter.Check(ctx, account, s.cfg.Limits.AccountFailures); wait > 0 {
+		return upstream.User{}, tooManyLogins(wait)
+	}
+	user, err := s.checkUser(ctx, firm, req)
+	if errors.Is(err, errBadCredentials) {
+		s.limiter.Take(ctx, account, s.cfg.Limits.AccountFailures)
+	}
+	return user, err
+}
+
+// checkUser checks the e-mail and the password within the firm.
+func (s *Server) checkUser(ctx context.Context, firm upstream.Firm, req loginRequest) (upstream.User, error) {
 	user, err := s.accounts.UserByEmail(ctx, firm.ID, req.Email)
 	if errors.Is(err, upstream.ErrNotFound) {
 		return upstream.User{}, s.reject(ctx, req.Password)
@@ -166,15 +177,19 @@ func (s *Server) verifyPassword(ctx context.Context, password, hash string) (boo
 	defer s.hashing.Release(1)
 	ok, err := argon2id.ComparePasswordAndHash(password, hash)
 	if err != nil {
+		s.log.Error("stored password hash unreadable", "err", err)
 		return false, errBadCredentials
 	}
 	return ok, nil
 }
 
-// hashed keeps personal data such as e-mails out of limiter keys.
-func hashed(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:16])
+// pseudonym names a limiter key without the personal data in it: an HMAC
+// under a secret of the gateway's, so that a dictionary of e-mails does
+// not reverse it.
+func (s *Server) pseudonym(b []byte) string {
+	mac := hmac.New(sha256.New, s.pseudonymKey)
+	mac.Write(b)
+	return hex.EncodeToString(mac.Sum(nil)[:16])
 }
 
 func newHashing(n int) *semaphore.Weighted { return semaphore.NewWeighted(int64(max(n, 1))) }

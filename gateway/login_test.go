@@ -42,6 +42,13 @@ func TestLoginLimits(t *testing.T) {
 			want:  []int{401, 401, 429},
 		},
 		{
+			name: "failures without the firm's key do not lock the account",
+			give: func(l *LoginLimits) { l.AccountFailures = ratelimit.Limit{Count: 2, Period: time.Hour} },
+			tries: []string{loginBody("pw@one.example", "wrong", "not-a-key"), loginBody("pw@one.example", "wrong", "not-a-key"),
+				loginBody("pw@one.example", "wrong", "not-a-key"), loginBody("pw@one.example", testPassword, testKey)},
+			want: []int{401, 401, 401, 200},
+		},
+		{
 			name:  "successes do not count against the account",
 			give:  func(l *LoginLimits) { l.AccountFailures = ratelimit.Limit{Count: 1, Period: time.Hour} },
 			tries: []string{loginBody("pw@one.example", testPassword, testKey), loginBody("pw@one.example", testPassword, testKey), loginBody("pw@one.example", testPassword, testKey)},

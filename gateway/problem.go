@@ -83,7 +83,11 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	case status == fiber.StatusServiceUnavailable:
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(s.retryAfterSeconds))
 	}
-	if status >= fiber.StatusInternalServerError {
+	switch {
+	case status == fiber.StatusServiceUnavailable:
+		// An outage: its breaker transitions are logged once, not each 503.
+		s.log.Debug("request failed", "method", c.Method(), "path", c.Path(), "status", status, "err", err)
+	case status >= fiber.StatusInternalServerError:
 		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", status, "err", err)
 	}
 	body := problemBody{

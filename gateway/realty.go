@@ -89,9 +89,13 @@ func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry) {
 	c.Set(fiber.HeaderVary, fiber.HeaderAuthorization)
 }
 
+// surrogateKeys tag a listing response for CDN purges: by listing, and by
+// firm for purging a whole firm at once. Writes purge the listing's key.
 func surrogateKeys(id, firmID int64) []string {
-	return []string{"realty-" + strconv.FormatInt(id, 10), "firm-" + strconv.FormatInt(firmID, 10)}
+	return []string{listingKey(id), "firm-" + strconv.FormatInt(firmID, 10)}
 }
+
+func listingKey(id int64) string { return "realty-" + strconv.FormatInt(id, 10) }
 
 // cacheStatus is the RFC 9211 Cache-Status of a listing response.
 func cacheStatus(e cache.Entry, now time.Time) string {
@@ -102,7 +106,7 @@ func cacheStatus(e cache.Entry, now time.Time) string {
 	case cache.Stale:
 		return name + "; hit; ttl=" + strconv.FormatInt(min(-1, (e.FreshUntil-now.UnixMilli())/1000), 10) + `; detail="stale-if-error"`
 	default:
-		return name + "; fwd=miss; stored"
+		return name + "; fwd=miss"
 	}
 }
 
@@ -141,52 +145,59 @@ func (s *Server) create(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	s.purger.Purge(surrogateKeys(stored.ID, stored.FirmID)...)
+	s.purger.Purge(listingKey(stored.ID))
 	c.Location("/realty/" + strconv.FormatInt(stored.ID, 10))
 	return s.sendWritten(c.Status(fiber.StatusCreated), e)
 }
 
-// owned resolves a write's path to a listing id of the token's firm. Other
-// firms' listings are 404, so their existence does not leak.
-func (s *Server) owned(c *fiber.Ctx) (int64, error) {
+// owned resolves a write's path to the stored listing, which must be the
+// token's firm's. Other firms' listings are 404, so their existence does
+// not leak.
+func (s *Server) owned(c *fiber.Ctx) (upstream.Listing, error) {
 	key, ok := parseRef(c.Params("ref"))
 	if !ok {
-		return 0, errBadPath
+		return upstream.Listing{}, errBadPath
 	}
-	if key.ID == 0 && key.FirmID != principalOf(c).FirmID {
-		return 0, upstream.ErrNotFound
+	firmID := principalOf(c).FirmID
+	if key.ID == 0 && key.FirmID != firmID {
+		return upstream.Listing{}, upstream.ErrNotFound
 	}
-	return s.listings.ID(c.UserContext(), key)
+	current, err := s.listings.Resolve(c.UserContext(), key)
+	if err != nil {
+		return upstream.Listing{}, err
+	}
+	if current.FirmID != firmID {
+		return upstream.Listing{}, upstream.ErrNotFound
+	}
+	return current, nil
 }
 
 func (s *Server) replace(c *fiber.Ctx) error {
-	id, err := s.owned(c)
+	current, err := s.owned(c)
 	if err != nil {
 		return err
 	}
-	l, err := decodeBody(c)
+	next, err := decodeBody(c)
 	if err != nil {
 		return err
 	}
-	l.ID, l.FirmID = id, principalOf(c).FirmID
-	stored, e, err := s.listings.Replace(c.UserContext(), l)
+	stored, e, err := s.listings.Replace(c.UserContext(), current, next)
 	if err != nil {
 		return err
 	}
-	s.purger.Purge(surrogateKeys(stored.ID, stored.FirmID)...)
+	s.purger.Purge(listingKey(stored.ID))
 	return s.sendWritten(c, e)
 }
 
 func (s *Server) remove(c *fiber.Ctx) error {
-	id, err := s.owned(c)
+	current, err := s.owned(c)
 	if err != nil {
 		return err
 	}
-	firmID := principalOf(c).FirmID
-	if err := s.listings.Delete(c.UserContext(), firmID, id); err != nil {
+	if err := s.listings.Delete(c.UserContext(), current); err != nil {
 		return err
 	}
-	s.purger.Purge(surrogateKeys(id, firmID)...)
+	s.purger.Purge(listingKey(current.ID))
 	return c.SendStatus(fiber.StatusNoContent)
 }
 

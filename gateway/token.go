@@ -15,7 +15,7 @@ import (
 	jwtware "github.com/gofiber/contrib/jwt"
 	"github.com/gofiber/fiber/v2"
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 const (
@@ -175,8 +175,12 @@ func (s *Server) requireToken() fiber.Handler {
 				return errUnauthorized
 			}
 			p := principal{FirmID: claims.FirmID, FirmUserID: claims.FirmUserID}
+			until := claims.ExpiresAt.time().Add(s.cfg.Leeway)
+			if limit := time.Now().Add(verifiedTokenTTL); limit.Before(until) {
+				until = limit
+			}
 			s.verified.Add(sha256.Sum256(c.Request().Header.Peek(fiber.HeaderAuthorization)),
-				verifiedToken{principal: p, until: claims.ExpiresAt.time().Add(s.cfg.Leeway)})
+				verifiedToken{principal: p, until: until})
 			c.Locals(principalKey, p)
 			return c.Next()
 		},
@@ -209,8 +213,12 @@ const (
 	verifiedTokenTTL = time.Minute
 )
 
-func newVerifiedTokens() *expirable.LRU[[sha256.Size]byte, verifiedToken] {
-	return expirable.NewLRU[[sha256.Size]byte, verifiedToken](verifiedTokens, nil, verifiedTokenTTL)
+func newVerifiedTokens() *lru.Cache[[sha256.Size]byte, verifiedToken] {
+	c, err := lru.New[[sha256.Size]byte, verifiedToken](verifiedTokens)
+	if err != nil {
+		panic(err) // only for a size below one
+	}
+	return c
 }
 
 // wellFormedBearer accepts exactly "Bearer <token68>" (RFC 6750 §2.1):

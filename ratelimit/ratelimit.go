@@ -1,7 +1,8 @@
 // Package ratelimit owns the login limits: GCRA counters kept in Redis
 // through redis_rate, so that every gateway shares them, with an
 // in-process limiter per key taking over while Redis cannot answer, so that
-// an outage never opens the limits wide.
+// an outage never opens the limits wide. A breaker skips a failing Redis
+// quickly.
 //
 // Concurrency: a *Limiter is safe for concurrent use.
 package ratelimit
@@ -14,9 +15,12 @@ import (
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 	"golang.org/x/time/rate"
+
+	"github.com/realty-gateway/gateway/upstream"
 )
 
 // Limit allows Count events per Period, all of them at once if need be.
@@ -28,12 +32,13 @@ type Limit struct {
 // Limiter checks and counts events per key.
 type Limiter struct {
 	redis   *redis_rate.Limiter // nil without Redis
+	cb      *gobreaker.CircuitBreaker[*redis_rate.Result]
 	prefix  string
 	timeout time.Duration
 	log     *slog.Logger
 
 	mu       sync.Mutex
-	local    *expirable.LRU[string, *rate.Limiter]
+	local    *lru.Cache[string, *rate.Limiter]
 	degraded atomic.Bool
 }
 
@@ -42,11 +47,15 @@ const localKeys = 100_000
 
 // New returns a Limiter on rdb, or in process only when rdb is nil. Each
 // Redis call is bounded by timeout.
-func New(rdb *redis.Client, prefix string, timeout time.Duration, maxPeriod time.Duration, log *slog.Logger) *Limiter {
-	l := &Limiter{prefix: prefix, timeout: timeout, log: log,
-		local: expirable.NewLRU[string, *rate.Limiter](localKeys, nil, maxPeriod)}
+func New(rdb *redis.Client, prefix string, timeout time.Duration, log *slog.Logger) *Limiter {
+	local, err := lru.New[string, *rate.Limiter](localKeys)
+	if err != nil {
+		panic(err) // only for a size below one
+	}
+	l := &Limiter{prefix: prefix, timeout: timeout, log: log, local: local}
 	if rdb != nil {
 		l.redis = redis_rate.NewLimiter(rdb)
+		l.cb = gobreaker.NewCircuitBreaker[*redis_rate.Result](upstream.FastFail("ratelimit-redis", log))
 	}
 	return l
 }
@@ -65,9 +74,11 @@ func (l *Limiter) Check(ctx context.Context, key string, lim Limit) time.Duratio
 
 func (l *Limiter) allowN(ctx context.Context, key string, lim Limit, n int) time.Duration {
 	if l.redis != nil {
-		ctx, cancel := context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-		res, err := l.redis.AllowN(ctx, l.prefix+key, redisLimit(lim), n)
+		res, err := l.cb.Execute(func() (*redis_rate.Result, error) {
+			ctx, cancel := context.WithTimeout(ctx, l.timeout)
+			defer cancel()
+			return l.redis.AllowN(ctx, l.prefix+key, redisLimit(lim), n)
+		})
 		if err == nil {
 			if l.degraded.CompareAndSwap(true, false) {
 				l.log.Info("rate limits back on Redis")

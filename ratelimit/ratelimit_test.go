@@ -36,15 +36,15 @@ func TestLimits(t *testing.T) {
 	}{
 		{name: "shared in Redis", give: func(t *testing.T) (*Limiter, *Limiter) {
 			rdb, prefix := redisClient(t, testenv.RedisOrStandIn(t))
-			return New(rdb, prefix, time.Second, time.Hour, quiet()), New(rdb, prefix, time.Second, time.Hour, quiet())
+			return New(rdb, prefix, time.Second, quiet()), New(rdb, prefix, time.Second, quiet())
 		}},
 		{name: "in process while Redis is down", give: func(t *testing.T) (*Limiter, *Limiter) {
 			rdb, prefix := redisClient(t, "127.0.0.1:1") // nothing listens there
-			l := New(rdb, prefix, 50*time.Millisecond, time.Hour, quiet())
+			l := New(rdb, prefix, 50*time.Millisecond, quiet())
 			return l, l
 		}},
 		{name: "in process without Redis", give: func(t *testing.T) (*Limiter, *Limiter) {
-			l := New(nil, "", time.Second, time.Hour, quiet())
+			l := New(nil, "", time.Second, quiet())
 			return l, l
 		}},
 	}

@@ -65,15 +65,37 @@ func NewGuarded(store Store, cfg BreakerConfig, log *slog.Logger) *Guarded {
 		IsExcluded: func(err error) bool {
 			return errors.Is(err, errCallerGone)
 		},
-		OnStateChange: func(name string, from, to gobreaker.State) {
-			log.Warn("breaker state changed", "breaker", name, "from", from.String(), "to", to.String())
-		},
+		OnStateChange: LogStateChanges(log),
 	})
 	return &Guarded{
 		store:   store,
 		cb:      cb,
 		slots:   make(chan struct{}, max(cfg.MaxConcurrent, 1)),
 		timeout: cfg.CallTimeout,
+	}
+}
+
+// LogStateChanges returns a gobreaker OnStateChange that logs each
+// transition; transitions, not failures, are what an outage logs.
+func LogStateChanges(log *slog.Logger) func(name string, from, to gobreaker.State) {
+	return func(name string, from, to gobreaker.State) {
+		log.Warn("breaker state changed", "breaker", name, "from", from.String(), "to", to.String())
+	}
+}
+
+// FastFail returns the settings of a breaker for a dependency that has a
+// fallback (the cache tier, the rate limits' Redis): after three failures
+// in a row it skips the dependency for a second, so an outage costs one
+// fast error per call instead of a timeout; then one probe tests it. A
+// caller's cancellation counts for nothing.
+func FastFail(name string, log *slog.Logger) gobreaker.Settings {
+	return gobreaker.Settings{
+		Name:          name,
+		MaxRequests:   1,
+		Timeout:       time.Second,
+		ReadyToTrip:   func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 3 },
+		IsExcluded:    func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: LogStateChanges(log),
 	}
 }
 

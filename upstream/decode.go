@@ -24,15 +24,22 @@ const (
 )
 
 // Enumerations of the spec.
-var (
-	imageTypes   = []string{"IMAGE", "REALTY_IMAGE_360", "VIDEO"}
-	fileStatuses = []string{"APPROVED"}
+const (
+	imageTypes     = "IMAGE, REALTY_IMAGE_360, VIDEO"
+	fileStatuses   = "APPROVED"
+	statusApproved = "APPROVED"
 )
+
+func validImageType(s string) bool {
+	return s == "IMAGE" || s == "REALTY_IMAGE_360" || s == "VIDEO"
+}
+
+func validFileStatus(s string) bool { return s == statusApproved }
 
 // serverSet are the members the server assigns. A write body may carry
 // them (a GET-then-PUT round trip); they are ignored unless kept.
-var serverSet = map[string]bool{
-	"id": true, "listingId": true, "firmId": true, "firmUserId": true, "createdDate": true, "updatedDate": true,
+func serverSet() []string {
+	return []string{"id", "listingId", "firmId", "firmUserId", "createdDate", "updatedDate"}
 }
 
 // DecodeListing parses a listing body strictly: unknown members and wrong
@@ -58,7 +65,7 @@ func DecodeListing(body []byte, keepServerSet bool) (Listing, error) {
 			delete(top, name)
 		}
 	}
-	for name := range serverSet {
+	for _, name := range serverSet() {
 		if !keepServerSet || name == "listingId" {
 			delete(top, name)
 		}
@@ -70,7 +77,7 @@ func DecodeListing(body []byte, keepServerSet bool) (Listing, error) {
 	move(&d, "nearLocation", coords.NearLocation, &l.Location.NearLocation)
 	for i := range l.RealtyFiles {
 		if l.RealtyFiles[i].Status == nil {
-			approved := fileStatuses[0]
+			approved := statusApproved
 			l.RealtyFiles[i].Status = &approved
 		}
 	}
@@ -257,11 +264,11 @@ func (l *Listing) validate() []FieldError {
 	}
 	for i, f := range l.RealtyFiles {
 		field := "realtyFiles[" + strconv.Itoa(i) + "]"
-		if f.ImageType != nil && !slices.Contains(imageTypes, *f.ImageType) {
-			fail(field+".imageType", "must be one of %v", imageTypes)
+		if f.ImageType != nil && !validImageType(*f.ImageType) {
+			fail(field+".imageType", "must be one of %s", imageTypes)
 		}
-		if f.Status != nil && !slices.Contains(fileStatuses, *f.Status) {
-			fail(field+".status", "must be one of %v", fileStatuses)
+		if f.Status != nil && !validFileStatus(*f.Status) {
+			fail(field+".status", "must be one of %s", fileStatuses)
 		}
 		if f.ID < 0 || f.ID > MaxFileID {
 			fail(field+".id", "must be within [1, %d]", MaxFileID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -47,11 +48,9 @@ func NewPurger(cfg PurgeConfig, log *slog.Logger) *Purger {
 		cfg:    cfg,
 		client: &http.Client{Timeout: cfg.Timeout},
 		cb: gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:    "cdn-purge",
-			Timeout: 30 * time.Second,
-			OnStateChange: func(name string, from, to gobreaker.State) {
-				log.Warn("breaker state changed", "breaker", name, "from", from.String(), "to", to.String())
-			},
+			Name:          "cdn-purge",
+			Timeout:       30 * time.Second,
+			OnStateChange: LogStateChanges(log),
 		}),
 		queue: make(chan string, max(cfg.Queue, 1)),
 		log:   log,
@@ -74,21 +73,38 @@ func (p *Purger) Purge(keys ...string) {
 func (p *Purger) Sent() uint64    { return p.sent.Load() }
 func (p *Purger) Dropped() uint64 { return p.dropped.Load() }
 
-// Run sends queued purges until ctx ends.
+// Run sends queued purges until ctx ends, then sends what is still queued
+// within one more Timeout, so that a shutdown does not lose the purges of
+// the last writes. A purge under way is not cut short by ctx: the client's
+// Timeout bounds it.
 func (p *Purger) Run(ctx context.Context) {
-	for {
+	send := context.WithoutCancel(ctx)
+	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-			return
 		case k := <-p.queue:
-			if _, err := p.cb.Execute(func() (struct{}, error) { return struct{}{}, p.send(ctx, k) }); err != nil {
-				p.dropped.Add(1)
-				p.log.Warn("CDN purge failed", "key", k, "err", err)
-				continue
-			}
-			p.sent.Add(1)
+			p.purge(send, k)
 		}
 	}
+	drain, cancel := context.WithTimeout(send, p.cfg.Timeout)
+	defer cancel()
+	for drain.Err() == nil {
+		select {
+		case k := <-p.queue:
+			p.purge(drain, k)
+		default:
+			return
+		}
+	}
+}
+
+func (p *Purger) purge(ctx context.Context, key string) {
+	if _, err := p.cb.Execute(func() (struct{}, error) { return struct{}{}, p.send(ctx, key) }); err != nil {
+		p.dropped.Add(1)
+		p.log.Warn("CDN purge failed", "key", key, "err", err)
+		return
+	}
+	p.sent.Add(1)
 }
 
 func (p *Purger) send(ctx context.Context, key string) error {
@@ -109,6 +125,7 @@ func (p *Purger) send(ctx context.Context, key string) error {
 		}
 		return err
 	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
 	resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		return fmt.Errorf("purge %s: status %d", key, resp.StatusCode)

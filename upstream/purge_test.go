@@ -73,3 +73,23 @@ func waitUntil(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestPurgerSendsWhatIsQueuedWhenStopped(t *testing.T) {
+	var mu sync.Mutex
+	got := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		mu.Lock()
+		got++
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	p := upstream.NewPurger(upstream.PurgeConfig{URLTemplate: srv.URL + "/{key}", Timeout: time.Second, Queue: 10},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p.Purge("a", "b", "c")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // shutting down before the worker saw them
+	p.Run(ctx)
+	if p.Sent() != 3 || got != 3 {
+		t.Fatalf("sent %d, received %d; want the 3 queued purges drained", p.Sent(), got)
+	}
+}
