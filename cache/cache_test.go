@@ -207,7 +207,7 @@ func TestConcurrentMissesMakeOneStoreCall(t *testing.T) {
 					errs <- err
 				}()
 			}
-			waitFor(t, func() bool { return src.calls.Load() == 1 })
+			testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 })
 			close(src.gate)
 			wg.Wait()
 			close(errs)
@@ -233,7 +233,7 @@ func TestWaiterHonoursItsOwnContext(t *testing.T) {
 		_, err := c.Get(context.Background(), ByID(5))
 		leader <- err
 	}()
-	waitFor(t, func() bool { return src.calls.Load() == 1 })
+	testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -253,7 +253,7 @@ func TestLeaderCancellationDoesNotFailWaiters(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _, _ = c.Get(ctx, ByID(5)) }()
-	waitFor(t, func() bool { return src.calls.Load() == 1 })
+	testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 })
 	waiter := make(chan error, 1)
 	go func() {
 		_, err := c.Get(context.Background(), ByID(5))
@@ -410,17 +410,6 @@ func cacheKinds(t *testing.T) []cacheKind {
 	return []cacheKind{
 		{name: "redis", give: func(s Source) *Cache { c, _, _ := newRedisCache(t, s); return c }},
 		{name: "local", give: func(s Source) *Cache { return NewLocal(s, 100, testConfig(""), quietLog()) }},
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

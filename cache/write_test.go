@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -39,7 +40,7 @@ func TestSlowFillDoesNotOverwriteAnUpdate(t *testing.T) {
 				e, _ := c.Get(ctx, ByID(9))
 				fill <- e
 			}()
-			waitFor(t, func() bool { return src.calls.Load() == 1 }) // the fill has read "old"
+			testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 }) // the fill has read "old"
 
 			src.mu.Lock()
 			src.gate = nil // the update's own reads must not wait
@@ -175,7 +176,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	tier.broken.Store(false)
 	repairCtx, cancel := context.WithCancel(ctx)
 	go writer.Repair(repairCtx, 5*time.Millisecond)
-	waitFor(t, func() bool {
+	testenv.WaitFor(t, func() bool {
 		_, id := writer.dirtyRevision(prefix + "realty:id:6")
 		_, no := writer.dirtyRevision(prefix + "realty:listing:2-2")
 		return !id && !no
@@ -202,7 +203,7 @@ func holdFill(t *testing.T, c *Cache, src *source, id int64) (release chan struc
 		defer close(done)
 		_, _ = c.Get(context.Background(), ByID(id))
 	}()
-	waitFor(t, func() bool { return src.calls.Load() == before+1 })
+	testenv.WaitFor(t, func() bool { return src.calls.Load() == before+1 })
 	src.mu.Lock()
 	src.gate = nil
 	src.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -32,7 +33,7 @@ func TestPurgerPostsEachKey(t *testing.T) {
 	go p.Run(ctx)
 
 	p.Purge("realty-1", "firm-1")
-	waitUntil(t, func() bool { return p.Sent() == 2 })
+	testenv.WaitFor(t, func() bool { return p.Sent() == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	want := []string{"POST /purge/realty-1 realty-1 tok", "POST /purge/firm-1 firm-1 tok"}
@@ -57,20 +58,9 @@ func TestPurgerNeverBlocksAndCountsFailures(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.Run(ctx)
-	waitUntil(t, func() bool { return p.Dropped() == 3 })
+	testenv.WaitFor(t, func() bool { return p.Dropped() == 3 })
 	if p.Sent() != 0 {
 		t.Fatalf("sent = %d for a failing CDN", p.Sent())
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -128,3 +128,16 @@ func PostgresURL(t testing.TB) string {
 	u.Path = "/" + strings.TrimPrefix(name, "/")
 	return u.String()
 }
+
+// WaitFor polls cond until it holds, failing the test after 5 s. It is for
+// waiting on another goroutine's progress, never for timing.
+func WaitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
