@@ -322,7 +322,7 @@ func (c config) generatedSecret() (string, error) {
 	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
-		return "", err
+		return "", fmt.Errorf("jwt secret: %w", err)
 	}
 	sec := hex.EncodeToString(raw)
 	// Write it whole under a temporary name, then link it into place, so

@@ -12,6 +12,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -130,11 +131,11 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 	}
 	dummyKey, err := NewAPIKey()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gateway: dummy password: %w", err)
 	}
 	dummy, err := HashPassword(dummyKey)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gateway: dummy password hash: %w", err)
 	}
 	return &Server{
 		cfg:               cfg,
