@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -126,10 +127,14 @@ func etagMatches(header, etag []byte) bool {
 
 var errNotJSON = &problem{status: fiber.StatusUnsupportedMediaType, detail: "Content-Type must be application/json."}
 
-// decodeBody reads a listing body for POST and PUT.
+// decodeBody reads a listing body for POST and PUT: JSON that does not
+// parse is a 400, a listing that is not valid a 422.
 func decodeBody(c *fiber.Ctx) (upstream.Listing, error) {
 	if !isJSON(c.Get(fiber.HeaderContentType)) {
 		return upstream.Listing{}, errNotJSON
+	}
+	if !json.Valid(c.Body()) {
+		return upstream.Listing{}, badRequest("The body is not valid JSON.")
 	}
 	return upstream.DecodeListing(c.Body(), false)
 }

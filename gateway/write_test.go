@@ -93,7 +93,9 @@ func TestWriteValidation(t *testing.T) {
 		{name: "enums", method: "POST", path: "/realty", give: `{"title":"x","categoryId":1,"location":{"cityId":1},"realtyFiles":[{"imageType":"PDF"}]}`, wantStatus: 422, wantFields: []string{"realtyFiles[0].imageType"}},
 		{name: "sizes", method: "POST", path: "/realty", give: `{"title":"` + strings.Repeat("t", 201) + `","categoryId":1,"location":{"cityId":1}}`, wantStatus: 422, wantFields: []string{"title"}},
 		{name: "unknown member", method: "POST", path: "/realty", give: `{"title":"x","categoryId":1,"location":{"cityId":1},"price":5}`, wantStatus: 422, wantFields: []string{"price"}},
-		{name: "not JSON", method: "POST", path: "/realty", give: `{"title":`, wantStatus: 422, wantFields: []string{""}},
+		{name: "not JSON", method: "POST", path: "/realty", give: `{"title":`, wantStatus: 400},
+		{name: "not an object", method: "POST", path: "/realty", give: `[1]`, wantStatus: 422, wantFields: []string{""}},
+		{name: "unbounded currency", method: "POST", path: "/realty", give: `{"title":"x","categoryId":1,"location":{"cityId":1},"attributes":{"priceCurrencyType":"` + strings.Repeat("T", 1001) + `"}}`, wantStatus: 422, wantFields: []string{"attributes.priceCurrencyType"}},
 		{name: "PUT cannot change no", method: "PUT", path: "/realty/1", give: `{"title":"x","no":5,"categoryId":1,"location":{"cityId":1}}`, wantStatus: 422, wantFields: []string{"no"}},
 	}
 	for _, tt := range tests {

@@ -255,7 +255,11 @@ func (l *Listing) validate() []FieldError {
 		"realtyDetailUrl": l.RealtyDetailURL, "realtyIdentificationNo": l.RealtyIdentificationNo,
 		"energyDocumentNo": l.EnergyDocumentNo, "location.cityName": l.Location.CityName,
 		"location.countyName": l.Location.CountyName, "location.districtName": l.Location.DistrictName,
-		"attributes.housingComplexName": l.Attributes.HousingComplexName,
+		"attributes.housingComplexName":  l.Attributes.HousingComplexName,
+		"attributes.priceCurrencyType":   l.Attributes.PriceCurrencyType,
+		"attributes.feeCurrencyType":     l.Attributes.FeeCurrencyType,
+		"attributes.rentalCurrencyType":  l.Attributes.RentalCurrencyType,
+		"attributes.depositCurrencyType": l.Attributes.DepositCurrencyType,
 	} {
 		text(field, s, MaxTextRunes)
 	}

@@ -1,0 +1,380 @@
+package gateway
+
+import (
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// openAPIDocument is the part of openapi.yaml the tests compare with the
+// code.
+type openAPIDocument struct {
+	OpenAPI    string                     `yaml:"openapi"`
+	Paths      map[string]openAPIPathItem `yaml:"paths"`
+	Components struct {
+		Schemas   map[string]openAPISchema   `yaml:"schemas"`
+		Responses map[string]openAPIResponse `yaml:"responses"`
+	} `yaml:"components"`
+}
+
+type openAPIPathItem struct {
+	Get     *openAPIOperation `yaml:"get"`
+	Put     *openAPIOperation `yaml:"put"`
+	Post    *openAPIOperation `yaml:"post"`
+	Delete  *openAPIOperation `yaml:"delete"`
+	Options *openAPIOperation `yaml:"options"`
+	Head    *openAPIOperation `yaml:"head"`
+	Patch   *openAPIOperation `yaml:"patch"`
+	Trace   *openAPIOperation `yaml:"trace"`
+}
+
+// operations returns the path item's operations by HTTP method.
+func (p openAPIPathItem) operations() map[string]*openAPIOperation {
+	ops := map[string]*openAPIOperation{}
+	for method, op := range map[string]*openAPIOperation{
+		http.MethodGet: p.Get, http.MethodPut: p.Put, http.MethodPost: p.Post, http.MethodDelete: p.Delete,
+		http.MethodOptions: p.Options, http.MethodHead: p.Head, http.MethodPatch: p.Patch, http.MethodTrace: p.Trace,
+	} {
+		if op != nil {
+			ops[method] = op
+		}
+	}
+	return ops
+}
+
+type openAPIOperation struct {
+	Responses map[string]openAPIResponse `yaml:"responses"`
+}
+
+type openAPIResponse struct {
+	Ref     string         `yaml:"$ref"`
+	Headers map[string]any `yaml:"headers"`
+}
+
+type openAPISchema struct {
+	Properties map[string]any `yaml:"properties"`
+}
+
+func loadOpenAPI(t *testing.T) openAPIDocument {
+	t.Helper()
+	b, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc openAPIDocument
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	if doc.OpenAPI != "3.1.0" {
+		t.Fatalf("openapi = %q, want 3.1.0", doc.OpenAPI)
+	}
+	return doc
+}
+
+// response resolves a response of the document, following a $ref into
+// components/responses.
+func (d openAPIDocument) response(t *testing.T, r openAPIResponse) openAPIResponse {
+	t.Helper()
+	if r.Ref == "" {
+		return r
+	}
+	name, ok := strings.CutPrefix(r.Ref, "#/components/responses/")
+	resolved, found := d.Components.Responses[name]
+	if !ok || !found {
+		t.Fatalf("unresolvable response $ref %q", r.Ref)
+	}
+	return resolved
+}
+
+// openAPIPath turns a Fiber route path into an OpenAPI path template:
+// "/realty/:ref" is "/realty/{ref}".
+func openAPIPath(fiberPath string) string {
+	segments := strings.Split(fiberPath, "/")
+	for i, s := range segments {
+		if name, ok := strings.CutPrefix(s, ":"); ok {
+			segments[i] = "{" + name + "}"
+		}
+	}
+	return strings.Join(segments, "/")
+}
+
+func TestOpenAPIPath(t *testing.T) {
+	tests := []struct {
+		give string
+		want string
+	}{
+		{give: "/auth/login", want: "/auth/login"},
+		{give: "/realty", want: "/realty"},
+		{give: "/realty/:ref", want: "/realty/{ref}"},
+		{give: "/a/:x/b/:y", want: "/a/{x}/b/{y}"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			if got := openAPIPath(tt.give); got != tt.want {
+				t.Fatalf("openAPIPath(%q) = %q, want %q", tt.give, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestOpenAPIRoutes: every route of the app is documented, and every
+// documented operation is a route. HEAD routes are Fiber's automatic
+// companions of GET, and GetRoutes(true) leaves out middleware (Use).
+func TestOpenAPIRoutes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	f := newFixture(t)
+
+	var routed []string
+	for _, r := range f.app.GetRoutes(true) {
+		if r.Method == fiber.MethodHead {
+			continue
+		}
+		routed = append(routed, r.Method+" "+openAPIPath(r.Path))
+	}
+	var documented []string
+	for path, item := range doc.Paths {
+		for method := range item.operations() {
+			documented = append(documented, method+" "+path)
+		}
+	}
+	slices.Sort(routed)
+	routed = slices.Compact(routed)
+	slices.Sort(documented)
+	if len(routed) == 0 || len(documented) == 0 {
+		t.Fatalf("routes %q, documented %q: neither may be empty", routed, documented)
+	}
+
+	tests := []struct {
+		name string
+		give []string
+		in   []string
+	}{
+		{name: "every route is documented", give: routed, in: documented},
+		{name: "every documented operation is routed", give: documented, in: routed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, op := range tt.give {
+				if !slices.Contains(tt.in, op) {
+					t.Errorf("%s is missing; have %q", op, tt.in)
+				}
+			}
+		})
+	}
+}
+
+// viewStatuses are the status codes GET /realty/{ref} can answer, with
+// where each comes from. Keep it in step with view, requireToken,
+// statusOf and Fiber's serverErrorHandler.
+var viewStatuses = map[string]string{
+	"200": "the listing (view)",
+	"304": "If-None-Match matched the ETag (view)",
+	"400": "malformed ref (errBadPath)",
+	"401": "missing or invalid token (requireToken)",
+	"404": "no such listing, or another firm's passive one (upstream.ErrNotFound)",
+	"431": "request head over HeaderLimit (Fiber's serverErrorHandler)",
+	"503": "store unavailable or deadline passed with nothing cached (upstream.ErrUnavailable)",
+}
+
+// TestOpenAPIViewStatuses: the document lists exactly the status codes
+// GET /realty/{ref} can produce.
+func TestOpenAPIViewStatuses(t *testing.T) {
+	doc := loadOpenAPI(t)
+	item, ok := doc.Paths["/realty/{ref}"]
+	if !ok || item.Get == nil {
+		t.Fatal("GET /realty/{ref} is not documented")
+	}
+	documented := slices.Sorted(maps.Keys(item.Get.Responses))
+	produced := slices.Sorted(maps.Keys(viewStatuses))
+
+	tests := []struct {
+		name string
+		give []string
+		in   []string
+	}{
+		{name: "every documented status is one the code produces", give: documented, in: produced},
+		{name: "every status the code produces is documented", give: produced, in: documented},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, code := range tt.give {
+				if !slices.Contains(tt.in, code) {
+					t.Errorf("%s is missing from %q (%s)", code, tt.in, viewStatuses[code])
+				}
+			}
+		})
+	}
+}
+
+// TestOpenAPIViewLive sends the requests behind the statuses of
+// GET /realty/{ref} that the fixture can produce, and checks that each
+// header of the answer is documented for its status.
+func TestOpenAPIViewLive(t *testing.T) {
+	doc := loadOpenAPI(t)
+	f := newFixture(t)
+	cdn := newFixtureWith(t, func(c *Config) { c.CDN.Enabled = true }, NoPurge{})
+	owner, other := bearer(t, 1, 1), bearer(t, 2, 3)
+	// Headers every answer may carry whatever the document says.
+	generic := []string{"Content-Length", "Content-Type", "Date"}
+
+	tests := []struct {
+		name        string
+		path        string
+		auth        string
+		ifNoneMatch bool // with the listing's current ETag
+		cdn         bool // in CDN mode
+		want        int
+	}{
+		{name: "active listing by id", path: "/realty/1", auth: owner, want: http.StatusOK},
+		{name: "active listing by number", path: "/realty/1-1", auth: other, want: http.StatusOK},
+		{name: "passive listing of the own firm", path: "/realty/2", auth: owner, want: http.StatusOK},
+		{name: "active listing in CDN mode", path: "/realty/1", auth: owner, cdn: true, want: http.StatusOK},
+		{name: "passive listing in CDN mode", path: "/realty/2", auth: owner, cdn: true, want: http.StatusOK},
+		{name: "matching If-None-Match in CDN mode", path: "/realty/1", auth: owner, ifNoneMatch: true, cdn: true, want: http.StatusNotModified},
+		{name: "matching If-None-Match", path: "/realty/1", auth: owner, ifNoneMatch: true, want: http.StatusNotModified},
+		{name: "leading zero", path: "/realty/01", auth: owner, want: http.StatusBadRequest},
+		{name: "no token", path: "/realty/1", want: http.StatusUnauthorized},
+		{name: "no such listing", path: "/realty/999", auth: owner, want: http.StatusNotFound},
+		{name: "another firm's passive listing", path: "/realty/1-2", auth: other, want: http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := f
+			if tt.cdn {
+				app = cdn
+			}
+			req := httptest.NewRequest(http.MethodGet, tt.path, nil)
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			if tt.ifNoneMatch {
+				current, _ := app.get(t, tt.path, tt.auth)
+				etag := current.Header.Get("ETag")
+				if etag == "" {
+					t.Fatal("no ETag on a listing")
+				}
+				req.Header.Set("If-None-Match", etag)
+			}
+			resp, body := app.do(t, req)
+			if resp.StatusCode != tt.want {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.want, body)
+			}
+			documented, ok := doc.Paths["/realty/{ref}"].Get.Responses[strconv.Itoa(tt.want)]
+			if !ok {
+				t.Fatalf("status %d is not documented", tt.want)
+			}
+			headers := map[string]bool{}
+			for name := range doc.response(t, documented).Headers {
+				headers[http.CanonicalHeaderKey(name)] = true
+			}
+			for name := range resp.Header {
+				if !headers[name] && !slices.Contains(generic, name) {
+					t.Errorf("header %s of a %d is not documented", name, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// jsonMembers returns the JSON member names of a struct type, by its json
+// tags, without those tagged "-".
+func jsonMembers(typ reflect.Type) []string {
+	var names []string
+	for i := range typ.NumField() {
+		field := typ.Field(i)
+		if !field.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(field.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = field.Name
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestOpenAPISchemas: the properties of each schema are the JSON members
+// of the Go type it describes.
+func TestOpenAPISchemas(t *testing.T) {
+	doc := loadOpenAPI(t)
+	// The write body also takes latitude, longitude and nearLocation at the
+	// top level (DecodeListing moves them into location).
+	topLevelCoordinates := []string{"latitude", "longitude", "nearLocation"}
+
+	tests := []struct {
+		schema string
+		give   reflect.Type
+		extra  []string
+	}{
+		{schema: "Listing", give: reflect.TypeFor[upstream.Listing]()},
+		{schema: "Location", give: reflect.TypeFor[upstream.Location]()},
+		{schema: "RealtyFile", give: reflect.TypeFor[upstream.RealtyFile]()},
+		{schema: "Attributes", give: reflect.TypeFor[upstream.Attributes]()},
+		{schema: "SelectedAttribute", give: reflect.TypeFor[upstream.SelectedAttribute]()},
+		{schema: "ListingInput", give: reflect.TypeFor[upstream.Listing](), extra: topLevelCoordinates},
+		{schema: "LocationInput", give: reflect.TypeFor[upstream.Location]()},
+		{schema: "RealtyFileInput", give: reflect.TypeFor[upstream.RealtyFile]()},
+		{schema: "AttributesInput", give: reflect.TypeFor[upstream.Attributes]()},
+		{schema: "SelectedAttributeInput", give: reflect.TypeFor[upstream.SelectedAttribute]()},
+		{schema: "Problem", give: reflect.TypeFor[problemBody]()},
+		{schema: "FieldError", give: reflect.TypeFor[upstream.FieldError]()},
+		{schema: "LoginRequest", give: reflect.TypeFor[loginRequest]()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.schema, func(t *testing.T) {
+			s, ok := doc.Components.Schemas[tt.schema]
+			if !ok {
+				t.Fatalf("no schema %s", tt.schema)
+			}
+			var got []string
+			for name := range s.Properties {
+				got = append(got, name)
+			}
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(append(jsonMembers(tt.give), tt.extra...)))
+			if !slices.Equal(got, want) {
+				t.Fatalf("schema %s has properties\n%q\nwant the JSON members of %s\n%q", tt.schema, got, tt.give, want)
+			}
+		})
+	}
+}
+
+// TestOpenAPIPortableYAML: no plain scalar is one that YAML 1.1 parsers
+// (many OpenAPI tools) read as a boolean, such as the member name "no".
+func TestOpenAPIPortableYAML(t *testing.T) {
+	b, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		t.Fatal(err)
+	}
+	yaml11Booleans := []string{"y", "yes", "n", "no", "on", "off"}
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.ScalarNode && n.Style == 0 && slices.Contains(yaml11Booleans, strings.ToLower(n.Value)) {
+			t.Errorf("line %d: quote %q, YAML 1.1 reads it as a boolean", n.Line, n.Value)
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&root)
+}
