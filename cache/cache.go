@@ -156,11 +156,11 @@ func (c *Cache) Stats() Stats {
 func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	name := k.name(c.cfg.Prefix)
 	if r, ok := c.lookup(ctx, k, name); ok && c.fresh(r) {
-		if r.kind == kindAbsent {
-			return Entry{}, fmt.Errorf("listing %s: %w", name, upstream.ErrNotFound)
+		e, err := cached(r, name)
+		if err == nil {
+			c.hits.Add(1)
 		}
-		c.hits.Add(1)
-		return r.entry(Hit), nil
+		return e, err
 	}
 
 	ch := c.group.DoChan(name, func() (any, error) {
@@ -190,12 +190,9 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 
 // load runs once per key at a time.
 func (c *Cache) load(ctx context.Context, k Key, name string) (Entry, error) {
-	prev, cached := c.lookup(ctx, k, name)
-	if cached && c.fresh(prev) {
-		if prev.kind == kindAbsent {
-			return Entry{}, fmt.Errorf("listing %s: %w", name, upstream.ErrNotFound)
-		}
-		return prev.entry(Hit), nil
+	prev, found := c.lookup(ctx, k, name)
+	if found && c.fresh(prev) {
+		return cached(prev, name)
 	}
 
 	c.loads.Add(1)
@@ -211,7 +208,7 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (Entry, error) {
 		c.remember(ctx, name, record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}, c.cfg.Negative)
 		return Entry{}, err
 	case err != nil:
-		if cached && prev.kind != kindAbsent {
+		if found && prev.kind != kindAbsent {
 			c.log.Debug("serving stale listing", "key", name, "err", err)
 			return prev.entry(Stale), nil
 		}
@@ -226,6 +223,14 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (Entry, error) {
 		c.remember(ctx, name, r, c.cfg.Fresh+c.cfg.Stale)
 	}
 	return r.entry(Miss), nil
+}
+
+// cached answers from a fresh record: the listing, or "absent".
+func cached(r record, name string) (Entry, error) {
+	if r.kind == kindAbsent {
+		return Entry{}, fmt.Errorf("listing %s: %w", name, upstream.ErrNotFound)
+	}
+	return r.entry(Hit), nil
 }
 
 // names are the two keys of a listing.
@@ -308,7 +313,8 @@ func (c *Cache) remember(ctx context.Context, name string, r record, ttl time.Du
 // working and a failing tier, so an outage does not flood the log.
 func (c *Cache) observe(err error) {
 	if err == nil {
-		if c.tierDown.CompareAndSwap(true, false) {
+		// A load first: a compare-and-swap on every hit would contend.
+		if c.tierDown.Load() && c.tierDown.CompareAndSwap(true, false) {
 			c.log.Info("cache tier recovered")
 		}
 		return

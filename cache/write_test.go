@@ -141,6 +141,16 @@ func (f *failingWrites) del(ctx context.Context, name string) error {
 	return f.tier.del(ctx, name)
 }
 
+// failingWriter returns a Redis cache whose writes can be broken, and a
+// second cache on the same Redis, as another gateway.
+func failingWriter(t *testing.T, src *source) (writer *Cache, tier *failingWrites, other *Cache, prefix string) {
+	t.Helper()
+	writer, rdb, prefix := newRedisCache(t, src)
+	tier = &failingWrites{tier: writer.tier}
+	writer.tier = tier
+	return writer, tier, NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog()), prefix
+}
+
 // TestFailedPublishNeverServesTheOldVersion: a write whose publish fails
 // leaves the old version in Redis. This process must not serve it, and
 // Repair must remove it so other processes stop seeing it.
@@ -148,10 +158,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	old := listing(6, 2, 2, true)
 	old.Title = "old"
 	src := newSource(old)
-	writer, rdb, prefix := newRedisCache(t, src)
-	tier := &failingWrites{tier: writer.tier}
-	writer.tier = tier
-	other := NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog())
+	writer, tier, other, prefix := failingWriter(t, src)
 	ctx := context.Background()
 
 	if _, err := writer.Get(ctx, ByID(6)); err != nil { // both keys now hold "old"
@@ -217,10 +224,7 @@ func TestSlowFillAfterAFailedPublish(t *testing.T) {
 	old := listing(6, 2, 2, true)
 	old.Title = "old"
 	src := newSource(old)
-	writer, rdb, prefix := newRedisCache(t, src)
-	tier := &failingWrites{tier: writer.tier}
-	writer.tier = tier
-	other := NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog())
+	writer, tier, other, _ := failingWriter(t, src)
 	ctx := context.Background()
 
 	release, done := holdFill(t, writer, src, 6) // has read "old"

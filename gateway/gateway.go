@@ -110,17 +110,20 @@ type Config struct {
 
 // Server holds the gateway's dependencies.
 type Server struct {
-	cfg               Config
-	listings          Listings
-	accounts          Accounts
-	purger            Purger
-	limiter           RateLimiter
-	verified          *lru.Cache[[sha256.Size]byte, verifiedToken]
-	pseudonymKey      []byte
-	log               *slog.Logger
-	hashing           *semaphore.Weighted
-	dummyHash         string
-	retryAfterSeconds int
+	cfg          Config
+	listings     Listings
+	accounts     Accounts
+	purger       Purger
+	limiter      RateLimiter
+	verified     *lru.Cache[[sha256.Size]byte, verifiedToken]
+	pseudonymKey []byte
+	// privateCacheControl and publicCacheControl are built once by New.
+	privateCacheControl string
+	publicCacheControl  string
+	log                 *slog.Logger
+	hashing             *semaphore.Weighted
+	dummyHash           string
+	retryAfterSeconds   int
 }
 
 // New builds a Server. It hashes one random password for the dummy
@@ -137,18 +140,21 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 	if err != nil {
 		return nil, fmt.Errorf("gateway: dummy password hash: %w", err)
 	}
+	private, public := cacheControls(cfg)
 	return &Server{
-		cfg:               cfg,
-		listings:          listings,
-		accounts:          accounts,
-		purger:            purger,
-		limiter:           limiter,
-		verified:          newVerifiedTokens(),
-		pseudonymKey:      pseudonymKey(cfg.Keys),
-		log:               log,
-		hashing:           newHashing(cfg.HashConcurrency),
-		dummyHash:         dummy,
-		retryAfterSeconds: seconds(cfg.RetryAfter, 1),
+		privateCacheControl: private,
+		publicCacheControl:  public,
+		cfg:                 cfg,
+		listings:            listings,
+		accounts:            accounts,
+		purger:              purger,
+		limiter:             limiter,
+		verified:            newVerifiedTokens(),
+		pseudonymKey:        pseudonymKey(cfg.Keys),
+		log:                 log,
+		hashing:             newHashing(cfg.HashConcurrency),
+		dummyHash:           dummy,
+		retryAfterSeconds:   seconds(cfg.RetryAfter, 1),
 	}, nil
 }
 

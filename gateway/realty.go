@@ -72,22 +72,28 @@ func (s *Server) view(c *fiber.Ctx) error {
 func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry) {
 	c.Set(fiber.HeaderETag, string(e.ETag))
 	if s.cfg.CDN.Enabled && e.Active {
-		cdn := s.cfg.CDN
-		c.Set(fiber.HeaderCacheControl, "public, max-age="+strconv.Itoa(seconds(s.cfg.MaxAge, 0))+
-			", s-maxage="+strconv.Itoa(seconds(cdn.SMaxAge, 0))+
-			", stale-while-revalidate="+strconv.Itoa(seconds(cdn.StaleWhileRevalidate, 0))+
-			", stale-if-error="+strconv.Itoa(seconds(cdn.StaleIfError, 0)))
+		c.Set(fiber.HeaderCacheControl, s.publicCacheControl)
 		keys := surrogateKeys(e.ID, e.FirmID)
 		c.Set("Surrogate-Key", strings.Join(keys, " "))
 		c.Set("Cache-Tag", strings.Join(keys, ","))
 		return
 	}
-	if s.cfg.MaxAge > 0 {
-		c.Set(fiber.HeaderCacheControl, "private, max-age="+strconv.Itoa(seconds(s.cfg.MaxAge, 0)))
-	} else {
-		c.Set(fiber.HeaderCacheControl, "private, no-cache")
-	}
+	c.Set(fiber.HeaderCacheControl, s.privateCacheControl)
 	c.Set(fiber.HeaderVary, fiber.HeaderAuthorization)
+}
+
+// cacheControls returns the two Cache-Control values of listing responses,
+// built once: for private responses, and for public ones in CDN mode.
+func cacheControls(cfg Config) (private, public string) {
+	private = "private, no-cache"
+	if cfg.MaxAge > 0 {
+		private = "private, max-age=" + strconv.Itoa(seconds(cfg.MaxAge, 0))
+	}
+	public = "public, max-age=" + strconv.Itoa(seconds(cfg.MaxAge, 0)) +
+		", s-maxage=" + strconv.Itoa(seconds(cfg.CDN.SMaxAge, 0)) +
+		", stale-while-revalidate=" + strconv.Itoa(seconds(cfg.CDN.StaleWhileRevalidate, 0)) +
+		", stale-if-error=" + strconv.Itoa(seconds(cfg.CDN.StaleIfError, 0))
+	return private, public
 }
 
 // surrogateKeys tag a listing response for CDN purges: by listing, and by

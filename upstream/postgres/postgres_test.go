@@ -2,8 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"os"
 	"reflect"
 	"strings"
@@ -114,34 +112,20 @@ func TestUpgradeUnversioned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := upstream.Listing{ID: 7, No: 3, Title: "Old flat", FirmID: 1, FirmUserID: 1, CreatedDate: 1000, UpdatedDate: 2000}
-	old.Normalize()
-	doc, err := json.Marshal(old)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, doc := storetest.UpgradedListing(t)
 	execAll(t, url,
 		string(oldSchema),
 		`INSERT INTO firms (id, name, key_digest) VALUES (1, 'Firm A', '\x01')`,
 		`INSERT INTO firm_users (id, firm_id, email) VALUES (1, 1, 'alice@example.com')`,
 		`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
-		 VALUES (7, 1, 3, 1, false, 1, '`+string(doc)+`')`,
+		 VALUES (7, 1, 3, 1, false, 1, '`+doc+`')`,
 	)
 
 	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	if got, err := s.ListingByNumber(ctx, 1, 3); err != nil || got.Title != old.Title || got.Revision != 1 {
-		t.Fatalf("ListingByNumber() after the upgrade = %+v, %v; want %+v", got, err, old)
-	}
-	deleted, err := s.DeleteListing(ctx, 1, 7)
-	if err != nil || deleted.ID != 7 || deleted.No != 3 || deleted.Revision != 2 {
-		t.Fatalf("DeleteListing() = %+v, %v; want listing 7, no 3, revision 2", deleted, err)
-	}
-	if _, err := s.ListingByID(ctx, 7); !errors.Is(err, upstream.ErrNotFound) {
-		t.Fatalf("ListingByID() after the delete: error = %v; want ErrNotFound", err)
-	}
+	storetest.CheckUpgraded(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -155,13 +139,7 @@ func TestUpgradeUnversioned(t *testing.T) {
 		t.Fatalf("Open again: %v", err)
 	}
 	defer s.Close()
-	if _, err := s.ListingByNumber(ctx, 1, 3); !errors.Is(err, upstream.ErrNotFound) {
-		t.Fatalf("ListingByNumber() after reopening: error = %v; want ErrNotFound", err)
-	}
-	_, err = s.ImportListings(ctx, []upstream.Listing{{ID: 7, Title: "New", FirmID: 1, FirmUserID: 1}})
-	if !errors.Is(err, upstream.ErrConflict) {
-		t.Fatalf("import of the deleted id: error = %v; want ErrConflict", err)
-	}
+	storetest.CheckReopened(t, s)
 	if got := schemaVersions(t, url); !reflect.DeepEqual(got, []int{1, 2}) {
 		t.Fatalf("schema_version after reopening = %v; want [1 2]", got)
 	}

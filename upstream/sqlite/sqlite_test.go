@@ -3,8 +3,6 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,12 +84,7 @@ func TestUpgradeUnversioned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := upstream.Listing{ID: 7, No: 3, Title: "Old flat", FirmID: 1, FirmUserID: 1, CreatedDate: 1000, UpdatedDate: 2000}
-	old.Normalize()
-	doc, err := json.Marshal(old)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, doc := storetest.UpgradedListing(t)
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +94,7 @@ func TestUpgradeUnversioned(t *testing.T) {
 		`INSERT INTO firms (id, name, key_digest) VALUES (1, 'Firm A', x'01')`,
 		`INSERT INTO firm_users (id, firm_id, email) VALUES (1, 1, 'alice@example.com')`,
 		`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
-		 VALUES (7, 1, 3, 1, 0, 1, '` + string(doc) + `')`,
+		 VALUES (7, 1, 3, 1, 0, 1, '` + doc + `')`,
 	} {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			t.Fatalf("old database: %v", err)
@@ -115,17 +108,7 @@ func TestUpgradeUnversioned(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	old.Revision = 1
-	if got, err := s.ListingByNumber(ctx, 1, 3); err != nil || got.Title != old.Title || got.Revision != 1 {
-		t.Fatalf("ListingByNumber() after the upgrade = %+v, %v; want %+v", got, err, old)
-	}
-	deleted, err := s.DeleteListing(ctx, 1, 7)
-	if err != nil || deleted.ID != 7 || deleted.No != 3 || deleted.Revision != 2 {
-		t.Fatalf("DeleteListing() = %+v, %v; want listing 7, no 3, revision 2", deleted, err)
-	}
-	if _, err := s.ListingByID(ctx, 7); !errors.Is(err, upstream.ErrNotFound) {
-		t.Fatalf("ListingByID() after the delete: error = %v; want ErrNotFound", err)
-	}
+	storetest.CheckUpgraded(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -139,13 +122,7 @@ func TestUpgradeUnversioned(t *testing.T) {
 		t.Fatalf("Open again: %v", err)
 	}
 	defer s.Close()
-	if _, err := s.ListingByNumber(ctx, 1, 3); !errors.Is(err, upstream.ErrNotFound) {
-		t.Fatalf("ListingByNumber() after reopening: error = %v; want ErrNotFound", err)
-	}
-	_, err = s.ImportListings(ctx, []upstream.Listing{{ID: 7, Title: "New", FirmID: 1, FirmUserID: 1}})
-	if !errors.Is(err, upstream.ErrConflict) {
-		t.Fatalf("import of the deleted id: error = %v; want ErrConflict", err)
-	}
+	storetest.CheckReopened(t, s)
 	if v := userVersion(t, path); v != 2 {
 		t.Fatalf("user_version after reopening = %d; want 2", v)
 	}
