@@ -126,6 +126,8 @@ type config struct {
 	LoginAccountFailures int           `yaml:"loginAccountFailures" env:"LOGIN_ACCOUNT_FAILURES"`
 	LoginIPAttempts      int           `yaml:"loginIPAttempts" env:"LOGIN_IP_ATTEMPTS"`
 	LoginKeyAttempts     int           `yaml:"loginKeyAttempts" env:"LOGIN_KEY_ATTEMPTS"`
+	LoginUnknownKeys     int           `yaml:"loginUnknownKeyAttempts" env:"LOGIN_UNKNOWN_KEY_ATTEMPTS"`
+	LoginIPv6Prefix      int           `yaml:"loginIPv6Prefix" env:"LOGIN_IPV6_PREFIX"`
 	LoginLimitPeriod     time.Duration `yaml:"loginLimitPeriod" env:"LOGIN_LIMIT_PERIOD"`
 	TrustedProxies       []string      `yaml:"trustedProxies" env:"TRUSTED_PROXIES"`
 
@@ -177,6 +179,8 @@ func defaults() config {
 		LoginAccountFailures:    20,
 		LoginIPAttempts:         300,
 		LoginKeyAttempts:        1000,
+		LoginUnknownKeys:        1000,
+		LoginIPv6Prefix:         64,
 		LoginLimitPeriod:        15 * time.Minute,
 		LogLevel:                "info",
 	}
@@ -237,7 +241,7 @@ func (c config) validate() error {
 		"localCacheSize": c.LocalCacheSize, "storeConcurrency": c.StoreConcurrency, "postgresMaxConns": int(c.PostgresMaxConns),
 		"bodyLimit": c.BodyLimit, "headerLimit": c.HeaderLimit, "hashConcurrency": c.HashConcurrency,
 		"loginAccountFailures": c.LoginAccountFailures, "loginIPAttempts": c.LoginIPAttempts,
-		"loginKeyAttempts": c.LoginKeyAttempts,
+		"loginKeyAttempts": c.LoginKeyAttempts, "loginUnknownKeyAttempts": c.LoginUnknownKeys,
 	}
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		if counts[name] <= 0 {
@@ -246,6 +250,9 @@ func (c config) validate() error {
 	}
 	if c.JWTIssuer == "" || c.JWTAudience == "" {
 		errs = append(errs, errors.New("jwtIssuer and jwtAudience must be set"))
+	}
+	if c.LoginIPv6Prefix < 1 || c.LoginIPv6Prefix > 128 {
+		errs = append(errs, errors.New("loginIPv6Prefix must be in 1…128"))
 	}
 	if c.BreakerFailureRatio <= 0 || c.BreakerFailureRatio > 1 {
 		errs = append(errs, errors.New("breakerFailureRatio must be in (0, 1]"))

@@ -221,6 +221,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 			AccountFailures: ratelimit.Limit{Count: cfg.LoginAccountFailures, Period: cfg.LoginLimitPeriod},
 			IP:              ratelimit.Limit{Count: cfg.LoginIPAttempts, Period: cfg.LoginLimitPeriod},
 			Key:             ratelimit.Limit{Count: cfg.LoginKeyAttempts, Period: cfg.LoginLimitPeriod},
+			UnknownKeys:     ratelimit.Limit{Count: cfg.LoginUnknownKeys, Period: cfg.LoginLimitPeriod},
+			IPv6Prefix:      cfg.LoginIPv6Prefix,
 		},
 		TrustedProxies: proxies,
 	}, listings, guarded, limiter, purger, log)
@@ -232,7 +234,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	var ready atomic.Bool
 	admin := &http.Server{
 		Addr:              cfg.AdminAddr,
-		Handler:           adminHandler(&ready, listings, guarded),
+		Handler:           adminHandler(&ready, listings, guarded, srv),
 		ReadHeaderTimeout: time.Second,
 		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      5 * time.Second,
@@ -263,7 +265,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 
 // adminHandler serves liveness, readiness and counters on the admin
 // address, which is not exposed to clients.
-func adminHandler(ready *atomic.Bool, listings *cache.Cache, guarded *upstream.Guarded) http.Handler {
+func adminHandler(ready *atomic.Bool, listings *cache.Cache, guarded *upstream.Guarded, srv *gateway.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
@@ -280,7 +282,8 @@ func adminHandler(ready *atomic.Bool, listings *cache.Cache, guarded *upstream.G
 		_ = json.NewEncoder(w).Encode(struct {
 			Cache       cache.Stats `json:"cache"`
 			BreakerOpen bool        `json:"breakerOpen"`
-		}{listings.Stats(), guarded.Open()})
+			Panics      uint64      `json:"panics"`
+		}{listings.Stats(), guarded.Open(), srv.Panics()})
 	})
 	return mux
 }

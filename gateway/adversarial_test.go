@@ -228,7 +228,7 @@ func advWithoutInstance(t *testing.T, p map[string]any, path string) string {
 func advHeaderLines(resp *http.Response) []string {
 	var out []string
 	for name, values := range resp.Header {
-		if name == "Date" || name == "Content-Length" {
+		if name == "Date" || name == "Content-Length" || name == http.CanonicalHeaderKey(headerRequestID) {
 			continue
 		}
 		out = append(out, name+": "+strings.Join(values, ", "))

@@ -16,10 +16,13 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/realty-gateway/gateway/cache"
@@ -37,20 +40,45 @@ type Listings interface {
 	Delete(ctx context.Context, current upstream.Listing) error
 }
 
-// RateLimiter counts events per key against a limit. Take counts one and
-// Check only looks; both return how long to wait, zero when allowed.
+// RateLimiter counts events per key against a limit and returns how long
+// to wait, zero when allowed. Take counts one event; Reserve counts one
+// before its outcome is known and returns a refund for an event that
+// turns out not to count.
 type RateLimiter interface {
 	Take(ctx context.Context, key string, lim ratelimit.Limit) time.Duration
-	Check(ctx context.Context, key string, lim ratelimit.Limit) time.Duration
+	Reserve(ctx context.Context, key string, lim ratelimit.Limit) (time.Duration, func(context.Context))
 }
 
-// LoginLimits bound login attempts.
+// LoginLimits bound login attempts. New names each limit.
 type LoginLimits struct {
-	// AccountFailures counts failed logins per e-mail.
+	// AccountFailures counts failed logins per e-mail within a firm.
 	AccountFailures ratelimit.Limit
-	// IP and Key count every attempt per client IP and per API key.
+	// IP counts every attempt per client address (per IPv6Prefix network
+	// for IPv6); Key every attempt per known API key.
 	IP  ratelimit.Limit
 	Key ratelimit.Limit
+	// UnknownKeys counts, across all clients, lookups of API keys that
+	// have not resolved to a firm in this process within its period.
+	UnknownKeys ratelimit.Limit
+	// IPv6Prefix is the prefix length by which IPv6 clients are counted:
+	// one holder of a /64 holds 2^64 addresses.
+	IPv6Prefix int
+}
+
+func (l *LoginLimits) name() error {
+	limits := map[string]*ratelimit.Limit{
+		"login-account": &l.AccountFailures, "login-ip": &l.IP, "login-key": &l.Key, "login-unknown-keys": &l.UnknownKeys,
+	}
+	for name, lim := range limits {
+		if lim.Count <= 0 || lim.Period <= 0 {
+			return fmt.Errorf("gateway: limit %s must have a positive count and period", name)
+		}
+		lim.Name = name
+	}
+	if l.IPv6Prefix < 1 || l.IPv6Prefix > 128 {
+		return fmt.Errorf("gateway: IPv6 prefix /%d is not in 1…128", l.IPv6Prefix)
+	}
+	return nil
 }
 
 // Purger asks a CDN to drop what it holds under surrogate keys. It must
@@ -110,12 +138,14 @@ type Config struct {
 
 // Server holds the gateway's dependencies.
 type Server struct {
-	cfg          Config
-	listings     Listings
-	accounts     Accounts
-	purger       Purger
-	limiter      RateLimiter
-	verified     *lru.Cache[[sha256.Size]byte, verifiedToken]
+	cfg      Config
+	listings Listings
+	accounts Accounts
+	purger   Purger
+	limiter  RateLimiter
+	verified *lru.Cache[[sha256.Size]byte, verifiedToken]
+	// knownKeys holds digests of API keys that resolved to a firm lately.
+	knownKeys    *expirable.LRU[[sha256.Size]byte, struct{}]
 	pseudonymKey []byte
 	// privateCacheControl and publicCacheControl are built once by New.
 	privateCacheControl string
@@ -124,6 +154,9 @@ type Server struct {
 	hashing             *semaphore.Weighted
 	dummyHash           string
 	retryAfterSeconds   int
+	requestIDPrefix     string
+	requestCount        atomic.Uint64
+	panics              atomic.Uint64
 }
 
 // New builds a Server. It hashes one random password for the dummy
@@ -132,6 +165,9 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 	if len(cfg.Keys) == 0 {
 		return nil, errors.New("gateway: no signing key")
 	}
+	if err := cfg.Limits.name(); err != nil {
+		return nil, err
+	}
 	dummyKey, err := NewAPIKey()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: dummy password: %w", err)
@@ -139,6 +175,10 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 	dummy, err := HashPassword(dummyKey)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: dummy password hash: %w", err)
+	}
+	idPrefix, err := newRequestIDPrefix()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: request id prefix: %w", err)
 	}
 	private, public := cacheControls(cfg)
 	return &Server{
@@ -150,11 +190,13 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 		purger:              purger,
 		limiter:             limiter,
 		verified:            newVerifiedTokens(),
+		knownKeys:           expirable.NewLRU[[sha256.Size]byte, struct{}](knownKeys, nil, cfg.Limits.UnknownKeys.Period),
 		pseudonymKey:        pseudonymKey(cfg.Keys),
 		log:                 log,
 		hashing:             newHashing(cfg.HashConcurrency),
 		dummyHash:           dummy,
 		retryAfterSeconds:   seconds(cfg.RetryAfter, 1),
+		requestIDPrefix:     idPrefix,
 	}, nil
 }
 
@@ -172,7 +214,14 @@ func (s *Server) App() *fiber.App {
 		IdleTimeout:           s.cfg.IdleTimeout,
 		DisableStartupMessage: true,
 	})
-	app.Use(s.deadline)
+	// A request the HTTP parser refused never reached routing: mark it,
+	// so that the error handler does not name a path it never read.
+	parserErrors := app.Server().ErrorHandler
+	app.Server().ErrorHandler = func(fctx *fasthttp.RequestCtx, err error) {
+		fctx.SetUserValue(unparsedRequest{}, true)
+		parserErrors(fctx, err)
+	}
+	app.Use(s.frame)
 	auth := s.requireToken()
 	app.Post("/auth/login", s.login)
 	app.Post("/realty", auth, s.create)
@@ -180,14 +229,6 @@ func (s *Server) App() *fiber.App {
 	app.Put("/realty/:ref", auth, s.replace)
 	app.Delete("/realty/:ref", auth, s.remove)
 	return app
-}
-
-// deadline gives every request a context that ends with RequestTimeout.
-func (s *Server) deadline(c *fiber.Ctx) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
-	defer cancel()
-	c.SetUserContext(ctx)
-	return c.Next()
 }
 
 // pseudonymKey derives the limiter keys' secret from the signing keys, so
@@ -210,27 +251,61 @@ type NoPurge struct{}
 // Purge does nothing.
 func (NoPurge) Purge(...string) {}
 
+// knownKeys bounds how many resolving API keys are remembered.
+const knownKeys = 10_000
+
+// clientNetwork names the client for the per-IP login limit: its address,
+// or for IPv6 its network of Limits.IPv6Prefix bits.
+func (s *Server) clientNetwork(c *fiber.Ctx) string {
+	addr := s.clientIP(c)
+	if addr.Is6() {
+		p, err := addr.WithZone("").Prefix(s.cfg.Limits.IPv6Prefix)
+		if err == nil {
+			return p.String()
+		}
+	}
+	return addr.String()
+}
+
 // clientIP is the peer's address, or, when the peer is a trusted proxy,
 // the right-most address in X-Forwarded-For that is not a trusted proxy:
-// left of that, anyone may have written anything.
-func (s *Server) clientIP(c *fiber.Ctx) string {
+// left of that, anyone may have written anything. Repeated header lines
+// are joined in order (RFC 9110 §5.3), and hops may carry a port.
+func (s *Server) clientIP(c *fiber.Ctx) netip.Addr {
 	addr, _ := netip.AddrFromSlice(c.Context().RemoteIP())
 	addr = addr.Unmap()
 	if !s.trusted(addr) {
-		return addr.String()
+		return addr
 	}
-	hops := strings.Split(c.Get(fiber.HeaderXForwardedFor), ",")
+	lines := c.Request().Header.PeekAll(fiber.HeaderXForwardedFor)
+	var hops []string
+	for _, line := range lines {
+		hops = append(hops, strings.Split(string(line), ",")...)
+	}
 	for i := len(hops) - 1; i >= 0; i-- {
-		hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
+		hop, ok := parseHop(strings.TrimSpace(hops[i]))
+		if !ok {
 			break
 		}
-		addr = hop.Unmap()
+		addr = hop
 		if !s.trusted(addr) {
 			break
 		}
 	}
-	return addr.String()
+	return addr
+}
+
+// parseHop reads one X-Forwarded-For hop: an address, an address with a
+// port ("203.0.113.5:4711", "[2001:db8::1]:443"), or a bracketed IPv6
+// address.
+func parseHop(hop string) (netip.Addr, bool) {
+	if addr, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(hop, "["), "]")); err == nil {
+		return addr.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(hop); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
 }
 
 func (s *Server) trusted(addr netip.Addr) bool {

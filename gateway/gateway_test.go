@@ -53,6 +53,24 @@ func newFixtureWithKeys(t testing.TB, keys []SigningKey) fixture {
 // purger of the test's choice.
 func newFixtureWith(t testing.TB, change func(*Config), purger Purger) fixture {
 	t.Helper()
+	return newFixtureOf(t, fixtureOptions{change: change, purger: purger})
+}
+
+// fixtureOptions change what newFixtureOf builds; every field may be left
+// zero.
+type fixtureOptions struct {
+	change func(*Config)
+	purger Purger
+	// log receives the gateway's JSON log.
+	log io.Writer
+	// accounts wraps the store's account lookups.
+	accounts func(Accounts) Accounts
+	// limiter replaces the in-process login limiter.
+	limiter RateLimiter
+}
+
+func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
+	t.Helper()
 	ctx := context.Background()
 	store, err := sqlite.Open(ctx, t.TempDir()+"/gw.db")
 	if err != nil {
@@ -63,18 +81,22 @@ func newFixtureWith(t testing.TB, change func(*Config), purger Purger) fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f1, _ := store.AddFirm(ctx, "one", KeyDigest(testKey))
-	f2, _ := store.AddFirm(ctx, "two", KeyDigest(otherKey))
-	u1, _ := store.AddUser(ctx, upstream.User{FirmID: f1.ID, Email: "pw@one.example", PasswordHash: hash})
-	_, _ = store.AddUser(ctx, upstream.User{FirmID: f1.ID, Email: "otp@one.example"})
-	_, _ = store.AddUser(ctx, upstream.User{FirmID: f2.ID, Email: "pw@two.example", PasswordHash: hash})
+	f1 := must(store.AddFirm(ctx, "one", KeyDigest(testKey)))(t)
+	f2 := must(store.AddFirm(ctx, "two", KeyDigest(otherKey)))(t)
+	u1 := must(store.AddUser(ctx, upstream.User{FirmID: f1.ID, Email: "pw@one.example", PasswordHash: hash}))(t)
+	must(store.AddUser(ctx, upstream.User{FirmID: f1.ID, Email: "otp@one.example"}))(t)
+	must(store.AddUser(ctx, upstream.User{FirmID: f2.ID, Email: "pw@two.example", PasswordHash: hash}))(t)
 	if _, err := store.ImportListings(ctx, []upstream.Listing{
 		{FirmID: f1.ID, FirmUserID: u1.ID, Title: "active", IsActive: true, CategoryID: ptr(int64(1)), Location: upstream.Location{CityID: ptr(int64(34))}},
 		{FirmID: f1.ID, FirmUserID: u1.ID, Title: "passive", IsActive: false, CategoryID: ptr(int64(1)), Location: upstream.Location{CityID: ptr(int64(34))}},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logTo := o.log
+	if logTo == nil {
+		logTo = io.Discard
+	}
+	log := slog.New(slog.NewJSONHandler(logTo, nil))
 	guarded := upstream.NewGuarded(store, upstream.BreakerConfig{
 		CallTimeout: time.Second, MaxConcurrent: 4, Window: time.Minute, MinRequests: 20, FailureRatio: 0.5, OpenFor: time.Second,
 	}, log)
@@ -89,16 +111,41 @@ func newFixtureWith(t testing.TB, change func(*Config), purger Purger) fixture {
 			AccountFailures: ratelimit.Limit{Count: 1000, Period: time.Minute},
 			IP:              ratelimit.Limit{Count: 1000, Period: time.Minute},
 			Key:             ratelimit.Limit{Count: 1000, Period: time.Minute},
+			UnknownKeys:     ratelimit.Limit{Count: 1000, Period: time.Minute},
+			IPv6Prefix:      64,
 		},
 	}
-	if change != nil {
-		change(&cfg)
+	if o.change != nil {
+		o.change(&cfg)
 	}
-	srv, err := New(cfg, listings, guarded, ratelimit.New(nil, "", time.Second, log), purger, log)
+	var accounts Accounts = guarded
+	if o.accounts != nil {
+		accounts = o.accounts(accounts)
+	}
+	var limiter RateLimiter = ratelimit.New(nil, "", time.Second, log)
+	if o.limiter != nil {
+		limiter = o.limiter
+	}
+	purger := o.purger
+	if purger == nil {
+		purger = NoPurge{}
+	}
+	srv, err := New(cfg, listings, accounts, limiter, purger, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return fixture{app: srv.App(), srv: srv}
+}
+
+// must fails the test when a fixture step fails.
+func must[T any](v T, err error) func(testing.TB) T {
+	return func(t testing.TB) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
 }
 
 func (f fixture) do(t *testing.T, req *http.Request) (*http.Response, string) {

@@ -82,22 +82,19 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if len(bytes.TrimSpace(c.Request().Header.UserAgent())) == 0 {
 		return badRequest("A non-empty User-Agent header is required.")
 	}
-	if !isJSON(c.Get(fiber.HeaderContentType)) {
-		return errNotJSON
+	body, err := jsonBody(c)
+	if err != nil {
+		return err
 	}
-	req, err := decodeLogin(c.Body())
+	req, err := decodeLogin(body)
 	if err != nil {
 		return err
 	}
 	ctx := c.UserContext()
-	digest := KeyDigest(req.Key)
-	if wait := s.limiter.Take(ctx, "login:ip:"+s.clientIP(c), s.cfg.Limits.IP); wait > 0 {
+	if wait := s.limiter.Take(ctx, "login:ip:"+s.clientNetwork(c), s.cfg.Limits.IP); wait > 0 {
 		return tooManyLogins(wait)
 	}
-	if wait := s.limiter.Take(ctx, "login:key:"+s.pseudonym(digest), s.cfg.Limits.Key); wait > 0 {
-		return tooManyLogins(wait)
-	}
-	user, err := s.authenticate(ctx, req, digest)
+	user, err := s.authenticate(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -109,29 +106,67 @@ func (s *Server) login(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"jwtToken": tok})
 }
 
-// authenticate checks the key, the e-mail and the password. Every failure
-// costs one argon2id verification, so timing does not tell them apart.
-// Failed logins count against the account (the e-mail within the key's
-// firm) only once the key is known, so that nobody without a firm's key
-// can lock its users out.
-func (s *Server) authenticate(ctx context.Context, req loginRequest, keyDigest []byte) (upstream.User, error) {
-	firm, err := s.accounts.FirmByKeyDigest(ctx, keyDigest)
-	if errors.Is(err, upstream.ErrNotFound) {
-		return upstream.User{}, s.reject(ctx, req.Password)
-	}
+// authenticate checks the key, the e-mail and the password. Within a known
+// firm every failure costs one argon2id verification, so timing does not
+// tell an unknown e-mail from a wrong password. Failed logins count against
+// the account (the e-mail within the key's firm) only once the key is
+// known, so that nobody without a firm's key can lock its users out; the
+// attempt is counted before the password is checked and given back when it
+// succeeds, so parallel guesses cannot all pass the limit before any of
+// them is counted.
+func (s *Server) authenticate(ctx context.Context, req loginRequest) (upstream.User, error) {
+	digest := KeyDigest(req.Key)
+	firm, err := s.firmByKey(ctx, digest)
 	if err != nil {
 		return upstream.User{}, err
 	}
+	if wait := s.limiter.Take(ctx, "login:key:"+s.pseudonym(digest), s.cfg.Limits.Key); wait > 0 {
+		return upstream.User{}, tooManyLogins(wait)
+	}
 	account := "login:account:" + s.pseudonym([]byte(strconv.FormatInt(firm.ID, 10)+"\x00"+upstream.NormalizeEmail(req.Email)))
-	if wait := s.limiter.Check(ctx, account, s.cfg.Limits.AccountFailures); wait > 0 {
+	wait, refund := s.limiter.Reserve(ctx, account, s.cfg.Limits.AccountFailures)
+	if wait > 0 {
 		return upstream.User{}, tooManyLogins(wait)
 	}
 	user, err := s.checkUser(ctx, firm, req)
-	if errors.Is(err, errBadCredentials) {
-		s.limiter.Take(ctx, account, s.cfg.Limits.AccountFailures)
+	if !errors.Is(err, errBadCredentials) {
+		// A success, or an attempt that was never judged (busy, store down).
+		refund(context.WithoutCancel(ctx))
 	}
 	return user, err
 }
+
+// firmByKey resolves an API key. A key that resolves to no firm is refused
+// at once, without a dummy hash: keys are 256 random bits, so there is
+// nothing for timing to reveal, and hashing for junk keys would starve real
+// logins of the hashing slots. Lookups of keys that have not resolved here
+// lately draw on one budget shared by every client (Limits.UnknownKeys);
+// past it they are refused without touching the store, while keys seen to
+// resolve within the limit period go on.
+func (s *Server) firmByKey(ctx context.Context, digest []byte) (upstream.Firm, error) {
+	known := [sha256.Size]byte(digest)
+	refund := noRefund
+	if !s.knownKeys.Contains(known) {
+		var wait time.Duration
+		wait, refund = s.limiter.Reserve(ctx, "login:unknown-keys", s.cfg.Limits.UnknownKeys)
+		if wait > 0 {
+			return upstream.Firm{}, tooManyLogins(wait)
+		}
+	}
+	firm, err := s.accounts.FirmByKeyDigest(ctx, digest)
+	switch {
+	case errors.Is(err, upstream.ErrNotFound):
+		return upstream.Firm{}, errBadCredentials
+	case err != nil:
+		refund(context.WithoutCancel(ctx))
+		return upstream.Firm{}, err
+	}
+	refund(context.WithoutCancel(ctx))
+	s.knownKeys.Add(known, struct{}{})
+	return firm, nil
+}
+
+func noRefund(context.Context) {}
 
 // checkUser checks the e-mail and the password within the firm.
 func (s *Server) checkUser(ctx context.Context, firm upstream.Firm, req loginRequest) (upstream.User, error) {
@@ -193,9 +228,3 @@ func (s *Server) pseudonym(b []byte) string {
 }
 
 func newHashing(n int) *semaphore.Weighted { return semaphore.NewWeighted(int64(max(n, 1))) }
-
-func isJSON(contentType string) bool {
-	mt, _, _ := strings.Cut(contentType, ";")
-	mt = strings.TrimSpace(mt)
-	return strings.EqualFold(mt, "application/json") || (strings.HasPrefix(strings.ToLower(mt), "application/") && strings.HasSuffix(strings.ToLower(mt), "+json"))
-}

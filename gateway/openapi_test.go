@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,9 +24,26 @@ type openAPIDocument struct {
 	OpenAPI    string                     `yaml:"openapi"`
 	Paths      map[string]openAPIPathItem `yaml:"paths"`
 	Components struct {
-		Schemas   map[string]openAPISchema   `yaml:"schemas"`
-		Responses map[string]openAPIResponse `yaml:"responses"`
+		// Headers named with x-every-response are documented once for
+		// every answer: OpenAPI has no global response headers.
+		Headers    map[string]openAPIHeader    `yaml:"headers"`
+		Schemas    map[string]openAPISchema    `yaml:"schemas"`
+		Responses  map[string]openAPIResponse  `yaml:"responses"`
+		Parameters map[string]openAPIParameter `yaml:"parameters"`
 	} `yaml:"components"`
+}
+
+type openAPIHeader struct {
+	EveryResponse string `yaml:"x-every-response"`
+}
+
+type openAPIParameter struct {
+	Schema struct {
+		OneOf []struct {
+			Title   string `yaml:"title"`
+			Pattern string `yaml:"pattern"`
+		} `yaml:"oneOf"`
+	} `yaml:"schema"`
 }
 
 type openAPIPathItem struct {
@@ -227,6 +245,11 @@ func TestOpenAPIViewLive(t *testing.T) {
 	owner, other := bearer(t, 1, 1), bearer(t, 2, 3)
 	// Headers every answer may carry whatever the document says.
 	generic := []string{"Content-Length", "Content-Type", "Date"}
+	for _, h := range doc.Components.Headers {
+		if h.EveryResponse != "" {
+			generic = append(generic, http.CanonicalHeaderKey(h.EveryResponse))
+		}
+	}
 
 	tests := []struct {
 		name        string
@@ -377,4 +400,137 @@ func TestOpenAPIPortableYAML(t *testing.T) {
 		}
 	}
 	walk(&root)
+}
+
+// TestOpenAPIRefPattern: the patterns of the ref parameter match every ref
+// that parseRef takes, and refuse every one it refuses, except the one
+// case the parameter's description names: a 19-digit number above the
+// int64 maximum.
+func TestOpenAPIRefPattern(t *testing.T) {
+	param, ok := loadOpenAPI(t).Components.Parameters["Ref"]
+	if !ok || len(param.Schema.OneOf) == 0 {
+		t.Fatal("no parameter Ref with a oneOf schema")
+	}
+	var patterns []*regexp.Regexp
+	for _, alt := range param.Schema.OneOf {
+		re, err := regexp.Compile(alt.Pattern)
+		if err != nil {
+			t.Fatalf("pattern of %s: %v", alt.Title, err)
+		}
+		patterns = append(patterns, re)
+	}
+	matches := func(ref string) bool {
+		return slices.ContainsFunc(patterns, func(re *regexp.Regexp) bool { return re.MatchString(ref) })
+	}
+
+	tests := []struct {
+		name       string
+		give       string
+		wantSchema bool // a pattern matches
+		wantCode   bool // parseRef takes it
+	}{
+		{name: "id", give: "1", wantSchema: true, wantCode: true},
+		{name: "listing number", give: "12-345", wantSchema: true, wantCode: true},
+		{name: "largest number of a create", give: "1-9007199254740991", wantSchema: true, wantCode: true},
+		{name: "int64 maximum id", give: "9223372036854775807", wantSchema: true, wantCode: true},
+		{name: "int64 maximum parts", give: "9223372036854775807-9223372036854775807", wantSchema: true, wantCode: true},
+		{name: "19 digits above int64", give: "9223372036854775808", wantSchema: true},  // documented
+		{name: "19 nines in a number", give: "1-9999999999999999999", wantSchema: true}, // documented
+		{name: "20 digits", give: "10000000000000000000"},
+		{name: "20-digit number", give: "1-10000000000000000000"},
+		{name: "38-digit number", give: "1-" + strings.Repeat("1", 38)},
+		{name: "zero", give: "0"},
+		{name: "leading zero", give: "01"},
+		{name: "zero number", give: "1-0"},
+		{name: "sign", give: "+1"},
+		{name: "negative", give: "-1"},
+		{name: "empty number", give: "1-"},
+		{name: "three parts", give: "1-2-3"},
+		{name: "fullwidth digit", give: "\uff11"},
+		{name: "trailing newline", give: "1\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := matches(tt.give); got != tt.wantSchema {
+				t.Errorf("pattern matches %q: %v, want %v", tt.give, got, tt.wantSchema)
+			}
+			if _, got := parseRef(tt.give); got != tt.wantCode {
+				t.Errorf("parseRef(%q) ok = %v, want %v", tt.give, got, tt.wantCode)
+			}
+		})
+	}
+}
+
+// inputSchemas are the schemas of a listing body, each with the path
+// DecodeListing gives its members.
+var inputSchemas = []struct {
+	schema string
+	path   string
+}{
+	{schema: "ListingInput", path: ""},
+	{schema: "LocationInput", path: "location."},
+	{schema: "RealtyFileInput", path: "realtyFiles[0]."},
+	{schema: "AttributesInput", path: "attributes."},
+	{schema: "SelectedAttributeInput", path: "attributes.selectedAttributeList[0]."},
+}
+
+// isInteger reports whether a schema's type is integer, alone or with null.
+func isInteger(schema map[string]any) bool {
+	switch typ := schema["type"].(type) {
+	case string:
+		return typ == "integer"
+	case []any:
+		return slices.Contains(typ, any("integer"))
+	}
+	return false
+}
+
+// TestOpenAPIIntegerBounds: every integer member of a listing body, array
+// items included, states the bounds DecodeListing enforces
+// (upstream.IntRange), so that they cannot drift apart. Ids and numbers
+// also take 0, which asks the server to assign one.
+func TestOpenAPIIntegerBounds(t *testing.T) {
+	doc := loadOpenAPI(t)
+	checked := map[string]bool{}
+	for _, in := range inputSchemas {
+		s, ok := doc.Components.Schemas[in.schema]
+		if !ok {
+			t.Fatalf("no schema %s", in.schema)
+		}
+		for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
+			prop, _ := s.Properties[name].(map[string]any)
+			path := in.path + name
+			if items, ok := prop["items"].(map[string]any); ok {
+				prop, path = items, path+"[0]"
+			}
+			if !isInteger(prop) {
+				continue
+			}
+			checked[path] = true
+			t.Run(path, func(t *testing.T) {
+				lo, hi := upstream.IntRange(path)
+				if lo == 1 {
+					lo = 0
+				}
+				for _, bound := range []struct {
+					key  string
+					want int64
+				}{{"minimum", lo}, {"maximum", hi}} {
+					got, ok := prop[bound.key].(int)
+					if !ok || int64(got) != bound.want {
+						t.Errorf("%s of %s = %v; want %d", bound.key, path, prop[bound.key], bound.want)
+					}
+				}
+			})
+		}
+	}
+	// The bounded members are among those checked.
+	for _, path := range []string{"no", "realtyFiles[0].id"} {
+		if !checked[path] {
+			t.Errorf("%s is not an integer member of the input schemas", path)
+		}
+	}
+	if lo, hi := upstream.IntRange("no"); lo != 1 || hi != upstream.MaxNumber || upstream.MaxNumber != 1<<53-1 {
+		t.Errorf("IntRange(no) = [%d, %d], MaxNumber %d; want [1, 2^53-1]", lo, hi, upstream.MaxNumber)
+	}
 }

@@ -18,6 +18,8 @@ type problem struct {
 	status     int
 	detail     string
 	retryAfter time.Duration
+	// header, when its name is set, goes out with the answer.
+	header [2]string
 }
 
 func (p *problem) Error() string { return p.detail }
@@ -70,11 +72,17 @@ func statusOf(err error) (int, string) {
 	}
 }
 
+// unparsedRequest marks a request that the HTTP parser refused.
+type unparsedRequest struct{}
+
 // errorHandler is the app's one error handler. No internal error text
 // reaches the client.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	status, detail := statusOf(err)
 	var p *problem
+	if errors.As(err, &p) && p.header[0] != "" {
+		c.Set(p.header[0], p.header[1])
+	}
 	switch {
 	case errors.As(err, &p) && p.retryAfter > 0:
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(seconds(p.retryAfter, 1)))
@@ -84,11 +92,13 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(s.retryAfterSeconds))
 	}
 	switch {
+	case errors.Is(err, errPanicked):
+		// frame logged it, with its stack.
 	case status == fiber.StatusServiceUnavailable:
 		// An outage: its breaker transitions are logged once, not each 503.
-		s.log.Debug("request failed", "method", c.Method(), "path", c.Path(), "status", status, "err", err)
+		s.log.Debug("request failed", "requestId", requestID(c), "method", c.Method(), "path", c.Path(), "status", status, "err", err)
 	case status >= fiber.StatusInternalServerError:
-		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", status, "err", err)
+		s.log.Error("request failed", "requestId", requestID(c), "method", c.Method(), "path", c.Path(), "status", status, "err", err)
 	}
 	body := problemBody{
 		Type:     "about:blank",
@@ -96,6 +106,16 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		Status:   status,
 		Detail:   detail,
 		Instance: c.Path(),
+	}
+	if c.Context().UserValue(unparsedRequest{}) != nil {
+		// The request line or head did not parse (or was too large), so
+		// there is no path to name; frame never ran, so name it here.
+		body.Instance = ""
+		if status == fiber.StatusBadRequest {
+			body.Detail = "The request could not be parsed as HTTP/1.1."
+		}
+		var buf [48]byte
+		c.Response().Header.SetBytesV(headerRequestID, s.newRequestID(buf[:0]))
 	}
 	var invalid *upstream.ValidationError
 	if errors.As(err, &invalid) {

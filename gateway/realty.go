@@ -131,18 +131,17 @@ func etagMatches(header, etag []byte) bool {
 	return false
 }
 
-var errNotJSON = &problem{status: fiber.StatusUnsupportedMediaType, detail: "Content-Type must be application/json."}
-
 // decodeBody reads a listing body for POST and PUT: JSON that does not
 // parse is a 400, a listing that is not valid a 422.
 func decodeBody(c *fiber.Ctx) (upstream.Listing, error) {
-	if !isJSON(c.Get(fiber.HeaderContentType)) {
-		return upstream.Listing{}, errNotJSON
+	body, err := jsonBody(c)
+	if err != nil {
+		return upstream.Listing{}, err
 	}
-	if !json.Valid(c.Body()) {
+	if !json.Valid(body) {
 		return upstream.Listing{}, badRequest("The body is not valid JSON.")
 	}
-	return upstream.DecodeListing(c.Body(), false)
+	return upstream.DecodeListing(body, false)
 }
 
 func (s *Server) create(c *fiber.Ctx) error {

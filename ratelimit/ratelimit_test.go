@@ -4,6 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,9 +55,6 @@ func TestLimits(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a, b := tt.give(t)
 			ctx := context.Background()
-			if wait := a.Check(ctx, "k", lim); wait != 0 {
-				t.Fatalf("fresh key checked as limited (%v)", wait)
-			}
 			for i := range 3 {
 				l := a
 				if i%2 == 1 {
@@ -64,9 +64,6 @@ func TestLimits(t *testing.T) {
 					t.Fatalf("event %d refused (%v)", i, wait)
 				}
 			}
-			if wait := b.Check(ctx, "k", lim); wait <= 0 {
-				t.Fatal("exhausted key checked as free")
-			}
 			if wait := a.Take(ctx, "k", lim); wait <= 0 || wait > time.Hour {
 				t.Fatalf("fourth event: wait %v, want refused within the period", wait)
 			}
@@ -74,5 +71,110 @@ func TestLimits(t *testing.T) {
 				t.Fatalf("another key is limited (%v)", wait)
 			}
 		})
+	}
+}
+
+// TestRefundGivesTheEventBack reserves up to the limit, refunds, and expects
+// exactly the refunded events to be allowed again, on every backend.
+func TestRefundGivesTheEventBack(t *testing.T) {
+	lim := Limit{Name: "refund", Count: 3, Period: time.Hour}
+	for name, give := range backends() {
+		t.Run(name, func(t *testing.T) {
+			l := give(t)
+			ctx := context.Background()
+			var refunds []func(context.Context)
+			for i := range 3 {
+				wait, refund := l.Reserve(ctx, "k", lim)
+				if wait != 0 {
+					t.Fatalf("reservation %d refused (%v)", i, wait)
+				}
+				refunds = append(refunds, refund)
+			}
+			if wait, _ := l.Reserve(ctx, "k", lim); wait <= 0 {
+				t.Fatal("fourth reservation allowed")
+			}
+			refunds[0](ctx)
+			refunds[1](ctx)
+			for i := range 2 {
+				if wait, _ := l.Reserve(ctx, "k", lim); wait != 0 {
+					t.Fatalf("reservation %d after two refunds refused (%v)", i, wait)
+				}
+			}
+			if wait, _ := l.Reserve(ctx, "k", lim); wait <= 0 {
+				t.Fatal("a third reservation after two refunds allowed")
+			}
+		})
+	}
+}
+
+// TestRefundOfTheOnlyEventClearsTheKey is the case redis_rate's negative
+// cost gets wrong: one event, refunded, must leave nothing owed.
+func TestRefundOfTheOnlyEventClearsTheKey(t *testing.T) {
+	lim := Limit{Name: "single", Count: 1, Period: time.Hour}
+	for name, give := range backends() {
+		t.Run(name, func(t *testing.T) {
+			l := give(t)
+			ctx := context.Background()
+			for i := range 5 {
+				wait, refund := l.Reserve(ctx, "k", lim)
+				if wait != 0 {
+					t.Fatalf("round %d: refused (%v) after the previous event was refunded", i, wait)
+				}
+				refund(ctx)
+			}
+		})
+	}
+}
+
+// TestParallelReservationsCannotOvertakeTheLimit is the account-limit race:
+// every reservation counts before any outcome is known.
+func TestParallelReservationsCannotOvertakeTheLimit(t *testing.T) {
+	lim := Limit{Name: "race", Count: 20, Period: time.Hour}
+	for name, give := range backends() {
+		t.Run(name, func(t *testing.T) {
+			l := give(t)
+			var allowed atomic.Int64
+			var wg sync.WaitGroup
+			for range 120 {
+				wg.Go(func() {
+					if wait, _ := l.Reserve(context.Background(), "acct", lim); wait == 0 {
+						allowed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if got := allowed.Load(); got != 20 {
+				t.Fatalf("%d of 120 parallel reservations allowed, want 20", got)
+			}
+		})
+	}
+}
+
+// TestJunkUnderOneLimitDoesNotEvictAnother fills one limit's in-process
+// counters far past their bound and expects another limit's counter to
+// survive.
+func TestJunkUnderOneLimitDoesNotEvictAnother(t *testing.T) {
+	l := New(nil, "", time.Second, quiet())
+	ctx := context.Background()
+	account := Limit{Name: "account", Count: 1, Period: time.Hour}
+	junk := Limit{Name: "ip", Count: 1, Period: time.Hour}
+	if wait := l.Take(ctx, "victim", account); wait != 0 {
+		t.Fatal(wait)
+	}
+	for i := range localKeys + 10 {
+		l.Take(ctx, "junk"+strconv.Itoa(i), junk)
+	}
+	if wait := l.Take(ctx, "victim", account); wait <= 0 {
+		t.Fatal("the account's counter was evicted by junk under another limit")
+	}
+}
+
+func backends() map[string]func(t *testing.T) *Limiter {
+	return map[string]func(t *testing.T) *Limiter{
+		"redis": func(t *testing.T) *Limiter {
+			rdb, prefix := redisClient(t, testenv.RedisOrStandIn(t))
+			return New(rdb, prefix, time.Second, quiet())
+		},
+		"in process": func(t *testing.T) *Limiter { return New(nil, "", time.Second, quiet()) },
 	}
 }

@@ -3,9 +3,12 @@ package upstream
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,9 +22,58 @@ const (
 	MaxNoteRunes        = 2_000
 	MaxTextRunes        = 1_000 // any other string member
 	MaxFiles            = 100
+	// MaxNumber bounds listing ids and numbers: 2^53-1, the largest
+	// integer a JavaScript client holds exactly. Zero means "assign one".
+	MaxNumber = 1<<53 - 1
 	// MaxFileID leaves room to number the files given without an id.
-	MaxFileID = 1<<53 - 1
+	MaxFileID = MaxNumber
 )
+
+// IntRange returns the bounds of the integer member at path, such as "no"
+// or "realtyFiles[0].id". Ids and numbers also take 0, meaning "assign
+// one"; any other integer member takes every int64.
+func IntRange(path string) (lo, hi int64) {
+	switch indices.ReplaceAllString(path, "[]") {
+	case "id", "no":
+		return 1, MaxNumber
+	case "realtyFiles[].id":
+		return 1, MaxFileID
+	default:
+		return math.MinInt64, math.MaxInt64
+	}
+}
+
+// indices matches the array indices of a member's path.
+var indices = regexp.MustCompile(`\[[0-9]+\]`)
+
+func outOfRange(lo, hi int64) string {
+	return fmt.Sprintf("is out of range: must be within [%d, %d]", lo, hi)
+}
+
+// CheckNumber returns a *ValidationError for field, an id or number such as
+// "no" or "realtyFiles[0].id", unless v is 0 ("assign one") or within its
+// IntRange; else nil.
+func CheckNumber(field string, v int64) error {
+	if lo, hi := IntRange(field); v != 0 && (v < lo || v > hi) {
+		return Invalid(field, outOfRange(lo, hi))
+	}
+	return nil
+}
+
+// isIntegerLiteral reports whether raw is a JSON number written as an
+// integer, without fraction or exponent.
+func isIntegerLiteral(raw []byte) bool {
+	digits := bytes.TrimPrefix(bytes.TrimSpace(raw), []byte("-"))
+	if len(digits) == 0 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // Enumerations of the spec.
 const (
@@ -182,7 +234,13 @@ func (d *decoder) value(raw json.RawMessage, v reflect.Value, path string) {
 			d.fail(path, "must not be null")
 			return
 		}
-		if err := json.Unmarshal(raw, v.Addr().Interface()); err != nil {
+		err := json.Unmarshal(raw, v.Addr().Interface())
+		switch {
+		case err == nil:
+		case v.Kind() == reflect.Int64 && isIntegerLiteral(raw):
+			// An integer that does not fit an int64.
+			d.fail(path, outOfRange(IntRange(path)))
+		default:
 			d.fail(path, "must be "+kindName(v.Kind()))
 		}
 	}
@@ -221,6 +279,12 @@ func (l *Listing) validate() []FieldError {
 	fail := func(field, format string, args ...any) {
 		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
 	}
+	number := func(field string, v int64) {
+		var ve *ValidationError
+		if errors.As(CheckNumber(field, v), &ve) {
+			errs = append(errs, ve.Fields...)
+		}
+	}
 	text := func(field string, s *string, limit int) {
 		if s != nil && utf8.RuneCountInString(*s) > limit {
 			fail(field, "must be at most %d characters", limit)
@@ -244,9 +308,8 @@ func (l *Listing) validate() []FieldError {
 	if lon := l.Location.Longitude; lon != nil && (*lon < -180 || *lon > 180) {
 		fail("location.longitude", "must be within [-180, 180]")
 	}
-	if l.No < 0 {
-		fail("no", "must be positive")
-	}
+	number("id", l.ID) // non-zero in imports only
+	number("no", l.No)
 	text("note", l.Note, MaxNoteRunes)
 	text("attributes.title", l.Attributes.Title, MaxTitleRunes)
 	text("attributes.description", l.Attributes.Description, MaxDescriptionRunes)
@@ -274,9 +337,7 @@ func (l *Listing) validate() []FieldError {
 		if f.Status != nil && !validFileStatus(*f.Status) {
 			fail(field+".status", "must be one of %s", fileStatuses)
 		}
-		if f.ID < 0 || f.ID > MaxFileID {
-			fail(field+".id", "must be within [1, %d]", MaxFileID)
-		}
+		number(field+".id", f.ID)
 		text(field+".imageUrl", f.ImageURL, MaxTextRunes)
 	}
 	return errs

@@ -93,8 +93,10 @@ func fuzzCheckListing(t *testing.T, body []byte, keep bool, l Listing) {
 		fail("longitude out of range")
 	case len(l.RealtyFiles) > MaxFiles:
 		fail("too many files")
-	case l.No < 0:
-		fail("a negative no")
+	case l.No < 0 || l.No > MaxNumber:
+		fail("a no out of range")
+	case l.ID < 0 || l.ID > MaxNumber:
+		fail("an id out of range")
 	case l.ListingID != "":
 		fail("a listingId from the body")
 	case !keep && (l.ID != 0 || l.FirmID != 0 || l.FirmUserID != 0 || l.CreatedDate != 0 || l.UpdatedDate != 0):

@@ -235,8 +235,11 @@ type Store interface {
 	AddUser(ctx context.Context, u User) (User, error)
 	// ImportListings stores new listings atomically: all or none. It keeps
 	// the given id and no, assigns those that are zero, and returns the
-	// stored listings. A bad entry is reported as *ImportError. It is also
-	// the create path of POST /realty, with one listing.
+	// stored listings. A bad entry is reported as *ImportError. A given id
+	// or no outside [1, MaxNumber], or a zero one when the largest so far
+	// is MaxNumber, is a *ValidationError for field "id" or "no" (so
+	// ErrInvalid); a taken one is ErrConflict. It is also the create path
+	// of POST /realty, with one listing.
 	ImportListings(ctx context.Context, ls []Listing) ([]Listing, error)
 	// UpdateListing replaces the listing l.ID of firm l.FirmID. It keeps
 	// no, firmUserId and createdDate, sets updatedDate to now, raises the

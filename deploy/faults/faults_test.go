@@ -268,7 +268,9 @@ func TestFaults(t *testing.T) {
 		}
 	})
 
-	phase(phaseSpec{name: "g SIGTERM under load"}, func(t *testing.T, res *phaseResult) {
+	phase(phaseSpec{name: "g abuse: compression bombs, unknown-key flood"}, w.abuse)
+
+	phase(phaseSpec{name: "h SIGTERM under load"}, func(t *testing.T, res *phaseResult) {
 		var first503, exited time.Duration = -1, -1
 		var exitErr error
 		pgProxy.SetLatency(storeLatency)

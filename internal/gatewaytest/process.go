@@ -3,16 +3,20 @@ package gatewaytest
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/realty-gateway/gateway/cache"
 	"maps"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/realty-gateway/gateway/cache"
 )
 
 // Process is a running gateway. Base and AdminBase are its two listeners
@@ -167,4 +171,20 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// RSS is the gateway process's resident set size in bytes, from
+// /proc/PID/status (Linux).
+func (p *Process) RSS() (int64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(status)) {
+		if kb, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(kb), " kB"), 10, 64)
+			return n << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
 }

@@ -31,6 +31,35 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, open)
 }
 
+// schemaVersion is the user_version of a file this build has opened: the
+// number of steps in migrations/.
+const schemaVersion = 3
+
+// rawExec returns a function that runs one statement on the file at path,
+// beside any store open on it.
+func rawExec(t *testing.T, path string) func(ctx context.Context, stmt string) error {
+	t.Helper()
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)")
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return func(ctx context.Context, stmt string) error {
+		_, err := db.ExecContext(ctx, stmt)
+		return err
+	}
+}
+
+func TestNumberConstraint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	s, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	storetest.CheckNumberConstraint(t, s, rawExec(t, path))
+}
+
 func TestOpenTwice(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "gateway.db")
@@ -112,9 +141,10 @@ func TestUpgradeUnversioned(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v := userVersion(t, path); v != 2 {
-		t.Fatalf("user_version after the upgrade = %d; want 2", v)
+	if v := userVersion(t, path); v != schemaVersion {
+		t.Fatalf("user_version after the upgrade = %d; want %d", v, schemaVersion)
 	}
+	requireRebuiltListings(t, path)
 
 	// Reopening applies nothing and keeps the tombstone.
 	s, err = sqlite.Open(ctx, path)
@@ -123,8 +153,37 @@ func TestUpgradeUnversioned(t *testing.T) {
 	}
 	defer s.Close()
 	storetest.CheckReopened(t, s)
-	if v := userVersion(t, path); v != 2 {
-		t.Fatalf("user_version after reopening = %d; want 2", v)
+	if v := userVersion(t, path); v != schemaVersion {
+		t.Fatalf("user_version after reopening = %d; want %d", v, schemaVersion)
+	}
+	storetest.CheckNumberConstraint(t, s, rawExec(t, path))
+}
+
+// requireRebuiltListings checks what step 3's rebuild of the listings table
+// must keep: its index, and foreign keys that hold.
+func requireRebuiltListings(t *testing.T, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var indexes int
+	err = db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'listings_firm_user_id' AND tbl_name = 'listings'`).
+		Scan(&indexes)
+	if err != nil || indexes != 1 {
+		t.Fatalf("index listings_firm_user_id on listings: %d, %v; want 1", indexes, err)
+	}
+	rows, err := db.Query(`PRAGMA foreign_key_check`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		t.Fatal("PRAGMA foreign_key_check reports violations after the upgrade")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -137,8 +196,8 @@ func TestNewFileVersion(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v := userVersion(t, path); v != 2 {
-		t.Fatalf("user_version of a new file = %d; want 2", v)
+	if v := userVersion(t, path); v != schemaVersion {
+		t.Fatalf("user_version of a new file = %d; want %d", v, schemaVersion)
 	}
 }
 

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 		{"ImportRejects", testImportRejects},
 		{"ImportAllOrNothing", testImportAllOrNothing},
 		{"ImportNothing", testImportNothing},
+		{"NumberLimits", testNumberLimits},
 		{"ConcurrentImports", testConcurrentImports},
 		{"UpdateListing", testUpdateListing},
 		{"UpdateRejects", testUpdateRejects},

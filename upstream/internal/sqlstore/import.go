@@ -30,9 +30,12 @@ type ImportTx interface {
 }
 
 // Import stores ls through tx as new listings written at now (epoch ms),
-// and returns them as stored. It keeps the given ids and numbers, and gives
-// the next free ones where they are zero. An entry at fault is an
-// *upstream.ImportError; on any error the caller rolls tx back.
+// and returns them as stored. It keeps the given ids and numbers, which
+// must be within [1, upstream.MaxNumber], and gives the next free ones where
+// they are zero. An entry at fault is an *upstream.ImportError: a value out
+// of range, or none left after upstream.MaxNumber, is a
+// *upstream.ValidationError for field "id" or "no". On any error the caller
+// rolls tx back.
 func Import(ctx context.Context, tx ImportTx, ls []upstream.Listing, now int64) ([]upstream.Listing, error) {
 	im := importer{
 		tx:    tx,
@@ -87,8 +90,11 @@ func reject(format string, args ...any) error {
 }
 
 func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listing, error) {
-	if l.ID < 0 || l.No < 0 {
-		return l, reject("negative id or no: %w", upstream.ErrInvalid)
+	if err := upstream.CheckNumber("id", l.ID); err != nil {
+		return l, reject("id %d: %w", l.ID, err)
+	}
+	if err := upstream.CheckNumber("no", l.No); err != nil {
+		return l, reject("no %d: %w", l.No, err)
 	}
 	if err := im.checkOwner(ctx, l.FirmID, l.FirmUserID); err != nil {
 		return l, err
@@ -97,10 +103,13 @@ func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listi
 	id, ok, err := im.take(&im.ids, 0, l.ID, func() (bool, error) {
 		return im.tx.IDTaken(ctx, l.ID)
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, errExhausted):
+		return l, reject("next id: %w", upstream.Invalid("id",
+			fmt.Sprintf("has no free value: listing ids reach the largest allowed, %d", int64(upstream.MaxNumber))))
+	case err != nil:
 		return l, err
-	}
-	if !ok {
+	case !ok:
 		return l, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
 	}
 	nos, err := im.firmNos(ctx, l.FirmID)
@@ -110,10 +119,14 @@ func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listi
 	no, ok, err := im.take(nos, l.FirmID, l.No, func() (bool, error) {
 		return im.tx.NoTaken(ctx, l.FirmID, l.No)
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, errExhausted):
+		return l, reject("next number of firm %d: %w", l.FirmID, upstream.Invalid("no",
+			fmt.Sprintf("has no free value: the firm's listing numbers reach the largest allowed, %d; give an unused one",
+				int64(upstream.MaxNumber))))
+	case err != nil:
 		return l, err
-	}
-	if !ok {
+	case !ok:
 		return l, reject("listing %s taken: %w", upstream.ListingNumber(l.FirmID, l.No), upstream.ErrConflict)
 	}
 	l.ID, l.No = id, no
@@ -181,11 +194,19 @@ func (im *importer) firmNos(ctx context.Context, firmID int64) (*counter, error)
 	return c, nil
 }
 
+// errExhausted says that the next value would pass upstream.MaxNumber.
+var errExhausted = errors.New("no value left")
+
 // take claims give, or the next free value of c when give is zero. It
 // reports false when give is taken in this file or, as taken tells, in the
-// store. scope is 0 for ids and the firm id for numbers.
+// store, and errExhausted when give is zero and the largest value so far is
+// upstream.MaxNumber (or more, in a store written before the bound). scope
+// is 0 for ids and the firm id for numbers.
 func (im *importer) take(c *counter, scope, give int64, taken func() (bool, error)) (int64, bool, error) {
 	if give == 0 {
+		if c.max >= upstream.MaxNumber {
+			return 0, false, errExhausted
+		}
 		give = c.max + 1
 	} else {
 		if im.seen[[2]int64{scope, give}] {

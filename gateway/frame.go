@@ -1,0 +1,88 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// headerRequestID names a request in logs and answers.
+const headerRequestID = "X-Request-ID"
+
+// maxRequestIDLen bounds an accepted incoming request id.
+const maxRequestIDLen = 128
+
+// errPanicked is a handler's panic turned into an answer: a plain 500.
+// frame has logged it with its stack.
+var errPanicked = errors.New("handler panicked")
+
+// frame runs first on every request. It names the request (a well-formed
+// incoming X-Request-ID, or a fresh one), echoes the name on the answer,
+// gives the request a context that ends with RequestTimeout, and turns a
+// panic below it into a 500 problem, one error log line with the stack,
+// and a count in Panics.
+func (s *Server) frame(c *fiber.Ctx) (err error) {
+	if id := c.Request().Header.Peek(headerRequestID); validRequestID(id) {
+		c.Response().Header.SetBytesV(headerRequestID, id)
+	} else {
+		var buf [48]byte
+		c.Response().Header.SetBytesV(headerRequestID, s.newRequestID(buf[:0]))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	defer cancel()
+	c.SetUserContext(ctx)
+	defer func() {
+		if r := recover(); r != nil {
+			s.panics.Add(1)
+			s.log.Error("handler panicked", "requestId", requestID(c), "method", c.Method(),
+				"route", c.Route().Path, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = errPanicked
+		}
+	}()
+	return c.Next()
+}
+
+// Panics is how many handler panics frame has turned into 500s.
+func (s *Server) Panics() uint64 { return s.panics.Load() }
+
+// requestID is the request's name, as frame set it on the answer.
+func requestID(c *fiber.Ctx) string {
+	return string(c.Response().Header.Peek(headerRequestID))
+}
+
+// validRequestID accepts 1 to maxRequestIDLen letters, digits and "-_.:".
+func validRequestID(id []byte) bool {
+	if len(id) == 0 || len(id) > maxRequestIDLen {
+		return false
+	}
+	for _, b := range id {
+		switch {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '-', b == '_', b == '.', b == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// newRequestID appends this process's random prefix and the next number.
+func (s *Server) newRequestID(buf []byte) []byte {
+	buf = append(buf, s.requestIDPrefix...)
+	return strconv.AppendUint(buf, s.requestCount.Add(1), 36)
+}
+
+// newRequestIDPrefix tells this process's request ids from other
+// processes'.
+func newRequestIDPrefix() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b) + "-", nil
+}
