@@ -1,139 +1,43 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"log/slog"
-	"os"
+	"net/http"
+	"sync/atomic"
+	"time"
 
+	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// printJSON writes the one JSON line an admin command answers with.
-func printJSON(w io.Writer, v any) error {
-	return json.NewEncoder(w).Encode(v)
-}
-
-func withStore(ctx context.Context, cfg config, f func(upstream.Store) error) error {
-	store, _, err := openStore(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("store: %w", err)
-	}
-	defer store.Close()
-	return f(store)
-}
-
-func addFirm(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("firm add", flag.ContinueOnError)
-	name := fs.String("name", "", "firm name")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *name == "" || fs.NArg() > 0 {
-		return errors.New("usage: gateway firm add --name NAME")
-	}
-	key, err := gateway.NewAPIKey()
-	if err != nil {
-		return err
-	}
-	return withStore(ctx, cfg, func(s upstream.Store) error {
-		firm, err := s.AddFirm(ctx, *name, gateway.KeyDigest(key))
-		if err != nil {
-			return fmt.Errorf("firm %q: %w", *name, err)
-		}
-		return printJSON(stdout, map[string]any{"firmId": firm.ID, "apiKey": key})
+// newAdmin returns the admin listener: liveness, readiness and counters,
+// on an address that is not exposed to clients.
+func newAdmin(addr string, ready *atomic.Bool, listings *cache.Cache, guarded *upstream.Guarded, srv *gateway.Server) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
 	})
-}
-
-func addUser(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("user add", flag.ContinueOnError)
-	firmID := fs.Int64("firm", 0, "firm id")
-	email := fs.String("email", "", "e-mail")
-	password := fs.String("password", "", "password; none makes a passwordless account")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *firmID <= 0 || upstream.NormalizeEmail(*email) == "" || fs.NArg() > 0 {
-		return errors.New("usage: gateway user add --firm N --email E [--password P]")
-	}
-	u := upstream.User{FirmID: *firmID, Email: *email}
-	if *password != "" {
-		hash, err := gateway.HashPassword(*password)
-		if err != nil {
-			return err
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
 		}
-		u.PasswordHash = hash
-	}
-	return withStore(ctx, cfg, func(s upstream.Store) error {
-		added, err := s.AddUser(ctx, u)
-		if err != nil {
-			return fmt.Errorf("user %s: %w", upstream.NormalizeEmail(*email), err)
-		}
-		return printJSON(stdout, map[string]any{"firmUserId": added.ID})
+		w.WriteHeader(http.StatusNoContent)
 	})
-}
-
-// decodeImport reads a JSON array of listings, each through the same
-// decoding and validation as POST /realty, keeping the given id, firm,
-// user and dates.
-func decodeImport(r io.Reader) ([]upstream.Listing, error) {
-	var raws []json.RawMessage
-	if err := json.NewDecoder(r).Decode(&raws); err != nil {
-		return nil, fmt.Errorf("import file: want a JSON array of listings: %w", err)
-	}
-	ls := make([]upstream.Listing, len(raws))
-	for i, raw := range raws {
-		l, err := upstream.DecodeListing(raw, true)
-		if err != nil {
-			var id struct {
-				ID int64 `json:"id"`
-			}
-			_ = json.Unmarshal(raw, &id)
-			return nil, &upstream.ImportError{Index: i, ID: id.ID, Err: err}
-		}
-		ls[i] = l
-	}
-	return ls, nil
-}
-
-func importListings(ctx context.Context, cfg config, log *slog.Logger, args []string, stdin io.Reader, stdout io.Writer) error {
-	if len(args) != 1 {
-		return errors.New("usage: gateway listing import FILE|-")
-	}
-	in := stdin
-	if args[0] != "-" {
-		f, err := os.Open(args[0])
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in = f
-	}
-	ls, err := decodeImport(in)
-	if err != nil {
-		return fmt.Errorf("import: %w", err)
-	}
-	return withStore(ctx, cfg, func(s upstream.Store) error {
-		rdb, err := openRedis(cfg)
-		if err != nil {
-			return err
-		}
-		if rdb != nil {
-			defer rdb.Close()
-		}
-		listings := newCache(cfg, s, rdb, log)
-		stored, _, err := listings.Import(ctx, ls)
-		if err != nil {
-			return fmt.Errorf("import: %w", err)
-		}
-		if n := listings.Stats().Incoherent; n > 0 {
-			return fmt.Errorf("imported %d listings, but %d cache keys could be neither written nor cleared; they expire within the negative TTL", len(stored), n)
-		}
-		return printJSON(stdout, map[string]any{"imported": len(stored)})
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(struct {
+			Cache       cache.Stats `json:"cache"`
+			BreakerOpen bool        `json:"breakerOpen"`
+			Panics      uint64      `json:"panics"`
+		}{listings.Stats(), guarded.Open(), srv.Panics()})
 	})
+	return &http.Server{
+		Addr:              addr,
+		Handler:           mux,
+		ReadHeaderTimeout: time.Second,
+		ReadTimeout:       5 * time.Second,
+		WriteTimeout:      5 * time.Second,
+	}
 }

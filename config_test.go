@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/realty-gateway/gateway/gateway"
+	"github.com/realty-gateway/gateway/internal/settings"
 )
 
 // writeConfig writes a configuration file into a temporary directory and
@@ -85,7 +87,7 @@ func TestLoadConfigMissingExplicitFile(t *testing.T) {
 }
 
 func TestLoadConfigFileThenEnvironment(t *testing.T) {
-	file := writeConfig(t, "cacheTTL: 90s\nbreakerMinRequests: 7\n")
+	file := writeConfig(t, "cache:\n  ttl: 90s\nbreaker:\n  minRequests: 7\n")
 	tests := []struct {
 		name string
 		give map[string]string
@@ -94,22 +96,22 @@ func TestLoadConfigFileThenEnvironment(t *testing.T) {
 		{
 			name: "file alone",
 			give: map[string]string{"GATEWAY_CONFIG": file},
-			want: func(c *config) { c.CacheTTL = 90 * time.Second; c.BreakerMinRequests = 7 },
+			want: func(c *config) { c.Cache.Fresh = 90 * time.Second; c.Breaker.MinRequests = 7 },
 		},
 		{
 			name: "environment over file",
 			give: map[string]string{"GATEWAY_CONFIG": file, "GATEWAY_CACHE_TTL": "2m"},
-			want: func(c *config) { c.CacheTTL = 2 * time.Minute; c.BreakerMinRequests = 7 },
+			want: func(c *config) { c.Cache.Fresh = 2 * time.Minute; c.Breaker.MinRequests = 7 },
 		},
 		{
 			name: "environment over defaults",
 			give: map[string]string{"GATEWAY_CACHE_TTL": "2m", "GATEWAY_STORE_URL": "postgres://u:p@h/db"},
-			want: func(c *config) { c.CacheTTL = 2 * time.Minute; c.StoreURL = "postgres://u:p@h/db" },
+			want: func(c *config) { c.Cache.Fresh = 2 * time.Minute; c.Store.URL = "postgres://u:p@h/db" },
 		},
 		{
 			name: "secrets from the environment",
 			give: map[string]string{"GATEWAY_JWT_SECRET": "s3cret", "GATEWAY_JWT_KEYS": "a:b"},
-			want: func(c *config) { c.JWTSecret = "s3cret"; c.JWTKeys = "a:b" },
+			want: func(c *config) { c.HTTP.JWT.Secret = "s3cret"; c.HTTP.JWT.Keys = "a:b" },
 		},
 		{
 			name: "variables without the prefix are ignored",
@@ -139,33 +141,38 @@ func TestLoadConfigInvalid(t *testing.T) {
 		give    map[string]string
 		wantErr string
 	}{
-		{name: "unparsable duration", give: map[string]string{"GATEWAY_CACHE_TTL": "abc"}, wantErr: "CacheTTL"},
-		{name: "zero store timeout", give: map[string]string{"GATEWAY_STORE_TIMEOUT": "0s"}, wantErr: "storeTimeout"},
-		{name: "negative cache TTL", give: map[string]string{"GATEWAY_CACHE_TTL": "-1m"}, wantErr: "cacheTTL"},
-		{name: "negative stale period", give: map[string]string{"GATEWAY_CACHE_STALE": "-1s"}, wantErr: "cacheStale"},
-		{name: "failure ratio above 1", give: map[string]string{"GATEWAY_BREAKER_FAILURE_RATIO": "2"}, wantErr: "breakerFailureRatio"},
-		{name: "failure ratio 0", give: map[string]string{"GATEWAY_BREAKER_FAILURE_RATIO": "0"}, wantErr: "breakerFailureRatio"},
-		{name: "negative min requests", give: map[string]string{"GATEWAY_BREAKER_MIN_REQUESTS": "-1"}, wantErr: "BreakerMinRequests"},
-		{name: "non-numeric body limit", give: map[string]string{"GATEWAY_BODY_LIMIT": "64k"}, wantErr: "BodyLimit"},
+		{name: "unparsable duration", give: map[string]string{"GATEWAY_CACHE_TTL": "abc"}, wantErr: "GATEWAY_CACHE_TTL"},
+		{name: "zero store timeout", give: map[string]string{"GATEWAY_STORE_TIMEOUT": "0s"}, wantErr: "store.timeout"},
+		{name: "negative cache TTL", give: map[string]string{"GATEWAY_CACHE_TTL": "-1m"}, wantErr: "cache.ttl"},
+		{name: "negative stale period", give: map[string]string{"GATEWAY_CACHE_STALE": "-1s"}, wantErr: "cache.stale"},
+		{name: "failure ratio above 1", give: map[string]string{"GATEWAY_BREAKER_FAILURE_RATIO": "2"}, wantErr: "breaker failureRatio"},
+		{name: "failure ratio 0", give: map[string]string{"GATEWAY_BREAKER_FAILURE_RATIO": "0"}, wantErr: "breaker failureRatio"},
+		{name: "negative min requests", give: map[string]string{"GATEWAY_BREAKER_MIN_REQUESTS": "-1"}, wantErr: "GATEWAY_BREAKER_MIN_REQUESTS"},
+		{name: "non-numeric body limit", give: map[string]string{"GATEWAY_BODY_LIMIT": "64k"}, wantErr: "GATEWAY_BODY_LIMIT"},
 		{
 			name:    "invalid value in the file",
-			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "storeTimeout: 0s\n")},
-			wantErr: "storeTimeout",
+			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "store:\n  timeout: 0s\n")},
+			wantErr: "store.timeout",
 		},
 		{
 			name:    "malformed file",
-			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "cacheTTL: [\n")},
+			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "cache:\n  ttl: [\n")},
 			wantErr: "config ",
 		},
 		{
 			name:    "wrong type in the file",
-			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "cacheTTL: soon\n")},
+			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "cache:\n  ttl: soon\n")},
+			wantErr: "config ",
+		},
+		{
+			name:    "unknown key in the file",
+			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "cacheTTL: 5m\n")},
 			wantErr: "config ",
 		},
 		{
 			name:    "empty issuer in the file",
-			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "jwtIssuer: \"\"\n")},
-			wantErr: "jwtIssuer",
+			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "http:\n  jwt:\n    issuer: \"\"\n")},
+			wantErr: "http.jwt.issuer",
 		},
 	}
 	for _, tt := range tests {
@@ -183,9 +190,9 @@ func TestLoadConfigInvalid(t *testing.T) {
 
 func TestSigningKeys(t *testing.T) {
 	var (
-		secretA = strings.Repeat("a", minSecretBytes)
-		secretB = strings.Repeat("b", minSecretBytes+8)
-		short   = strings.Repeat("c", minSecretBytes-1)
+		secretA = strings.Repeat("a", gateway.MinSecretBytes)
+		secretB = strings.Repeat("b", gateway.MinSecretBytes+8)
+		short   = strings.Repeat("c", gateway.MinSecretBytes-1)
 	)
 	tests := []struct {
 		name     string
@@ -231,9 +238,9 @@ func TestSigningKeys(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dataDir := t.TempDir()
 			cfg := defaults()
-			cfg.DataDir, cfg.JWTKeys, cfg.JWTSecret = dataDir, secret(tt.giveKeys), secret(tt.giveSec)
+			cfg.Server.DataDir, cfg.HTTP.JWT.Keys, cfg.HTTP.JWT.Secret = dataDir, settings.Secret(tt.giveKeys), settings.Secret(tt.giveSec)
 
-			got, err := cfg.signingKeys(slog.New(slog.NewTextHandler(io.Discard, nil)))
+			got, err := signingKeys(&cfg, slog.New(slog.DiscardHandler))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("signingKeys() error = %v; want one containing %q", err, tt.wantErr)
@@ -269,22 +276,22 @@ func TestSigningKeysGeneratedSecret(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := defaults()
-			cfg.DataDir = tt.giveDataDir(t)
+			cfg.Server.DataDir = tt.giveDataDir(t)
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 
-			first, err := cfg.signingKeys(log)
+			first, err := signingKeys(&cfg, log)
 			if err != nil {
 				t.Fatalf("signingKeys() error = %v", err)
 			}
-			if len(first) != 1 || first[0].ID != "default" || len(first[0].Secret) < minSecretBytes {
-				t.Fatalf("signingKeys() = %q; want one key with ID default and at least %d bytes", first, minSecretBytes)
+			if len(first) != 1 || first[0].ID != "default" || len(first[0].Secret) < gateway.MinSecretBytes {
+				t.Fatalf("signingKeys() = %q; want one key with ID default and at least %d bytes", first, gateway.MinSecretBytes)
 			}
 			if _, err := hex.DecodeString(string(first[0].Secret)); err != nil {
 				t.Errorf("generated secret %q is not hex: %v", first[0].Secret, err)
 			}
 
-			path := filepath.Join(cfg.DataDir, "jwt-secret")
+			path := filepath.Join(cfg.Server.DataDir, "jwt-secret")
 			info, err := os.Stat(path)
 			if err != nil {
 				t.Fatalf("stat %s: %v", path, err)
@@ -302,7 +309,7 @@ func TestSigningKeysGeneratedSecret(t *testing.T) {
 				t.Errorf("log %q contains the generated secret", logs.String())
 			}
 
-			second, err := cfg.signingKeys(log)
+			second, err := signingKeys(&cfg, log)
 			if err != nil {
 				t.Fatalf("second signingKeys() error = %v", err)
 			}
@@ -310,9 +317,9 @@ func TestSigningKeysGeneratedSecret(t *testing.T) {
 				t.Errorf("second signingKeys() = %q; want the first one's %q", second, first)
 			}
 
-			other := cfg
-			other.DataDir = t.TempDir()
-			third, err := other.signingKeys(log)
+			other := defaults()
+			other.Server.DataDir = t.TempDir()
+			third, err := signingKeys(&other, log)
 			if err != nil {
 				t.Fatalf("signingKeys() in another data directory: error = %v", err)
 			}
@@ -334,18 +341,18 @@ func TestConfigLogValueMasksSecrets(t *testing.T) {
 		{
 			name: "secrets and passwords",
 			give: func(c *config) {
-				c.JWTSecret = "supersecret-supersecret-supersecret"
-				c.JWTKeys = jwtKeys
-				c.StoreURL = "postgres://u:pgpass@h/db"
-				c.RedisURL = "redis://:redispass@h:6379/0"
-				c.CDNPurgeHeader = "Authorization: Bearer purgetoken"
+				c.HTTP.JWT.Secret = "supersecret-supersecret-supersecret"
+				c.HTTP.JWT.Keys = jwtKeys
+				c.Store.URL = "postgres://u:pgpass@h/db"
+				c.Redis.URL = "redis://:redispass@h:6379/0"
+				c.Purge.Header = "Authorization: Bearer purgetoken"
 			},
 			want: map[string]string{
-				"jwtSecret":      "***",
-				"jwtKeys":        "***",
-				"storeURL":       "postgres://u:xxxxx@h/db",
-				"redisURL":       "redis://:xxxxx@h:6379/0",
-				"cdnPurgeHeader": "***",
+				"http.jwt.secret": "***",
+				"http.jwt.keys":   "***",
+				"store.url":       "postgres://u:xxxxx@h/db",
+				"redis.url":       "redis://:xxxxx@h:6379/0",
+				"purge.header":    "***",
 			},
 			wantAbsent: []string{"supersecret", "keysecret", "pgpass", "redispass", "purgetoken"},
 		},
@@ -353,28 +360,28 @@ func TestConfigLogValueMasksSecrets(t *testing.T) {
 			name: "unset secrets stay visibly unset",
 			give: func(*config) {},
 			want: map[string]string{
-				"jwtSecret": "",
-				"jwtKeys":   "",
-				"storeURL":  "sqlite:data/gateway.db",
-				"redisURL":  "",
+				"http.jwt.secret": "",
+				"http.jwt.keys":   "",
+				"store.url":       "sqlite:data/gateway.db",
+				"redis.url":       "",
 			},
 		},
 		{
 			name: "unparsable URL is masked whole",
-			give: func(c *config) { c.StoreURL = "postgres://u:pgpass@h:port/db" },
+			give: func(c *config) { c.Store.URL = "postgres://u:pgpass@h:port/db" },
 			want: map[string]string{
-				"storeURL": "***",
+				"store.url": "***",
 			},
 			wantAbsent: []string{"pgpass"},
 		},
 		{
 			name: "other settings are logged as they are",
-			give: func(c *config) { c.CacheTTL = 90 * time.Second; c.Addr = ":9999" },
+			give: func(c *config) { c.Cache.Fresh = 90 * time.Second; c.Server.Addr = ":9999" },
 			want: map[string]string{
-				"cacheTTL":     "1m30s",
-				"addr":         ":9999",
-				"jwtIssuer":    "realty-gateway",
-				"storeTimeout": "2s",
+				"cache.ttl":       "1m30s",
+				"server.addr":     ":9999",
+				"http.jwt.issuer": "realty-gateway",
+				"store.timeout":   "2s",
 			},
 		},
 	}
@@ -396,7 +403,7 @@ func TestConfigLogValueMasksSecrets(t *testing.T) {
 			if err := json.Unmarshal(out.Bytes(), &line); err != nil {
 				t.Fatalf("log line %q: %v", out.String(), err)
 			}
-			if got, want := len(line.Config), reflect.TypeFor[config]().NumField(); got != want {
+			if got, want := len(line.Config), len(settings.Walk(cfg, envPrefix)); got != want {
 				t.Errorf("logged %d settings; want all %d", got, want)
 			}
 			for name, want := range tt.want {
@@ -405,5 +412,55 @@ func TestConfigLogValueMasksSecrets(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// signingKeys is what serve does with the JWT settings: a generated secret
+// when none is configured, then the gateway's parse.
+func signingKeys(cfg *config, log *slog.Logger) ([]gateway.SigningKey, error) {
+	if err := ensureJWTSecret(cfg, log); err != nil {
+		return nil, err
+	}
+	return cfg.HTTP.JWT.SigningKeys()
+}
+
+// TestConfigFile checks configs/gateway.yaml against the components'
+// Config types: every setting, its default, its variable and its meaning.
+// GATEWAY_UPDATE_CONFIG=1 rewrites the file from them.
+func TestConfigFile(t *testing.T) {
+	var want bytes.Buffer
+	if err := writeConfigFile(&want, defaults()); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("GATEWAY_UPDATE_CONFIG") == "1" {
+		if err := os.WriteFile(defaultConfigFile, want.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(defaultConfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("%s differs from the Config types; rewrite it with GATEWAY_UPDATE_CONFIG=1 go test -run TestConfigFile .\ngot:\n%s\nwant:\n%s",
+			defaultConfigFile, got, want.Bytes())
+	}
+	// The generated file must load as the defaults, key by key.
+	for _, s := range settings.Walk(defaults(), envPrefix) {
+		if !bytes.Contains(want.Bytes(), []byte("# "+s.Env+": ")) || s.Help == "" {
+			t.Errorf("setting %s (%s) is not documented", s.Path, s.Env)
+		}
+	}
+}
+
+func TestHelpListsEverySetting(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, map[string]string{"GATEWAY_CONFIG": "/nonexistent"}, nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings.Walk(defaults(), envPrefix) {
+		if !strings.Contains(out.String(), s.Env+" ") {
+			t.Errorf("--help does not list %s", s.Env)
+		}
 	}
 }

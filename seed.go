@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"time"
@@ -22,11 +24,10 @@ func seedDemo(ctx context.Context, store upstream.Store, log *slog.Logger) error
 	if err != nil {
 		return err
 	}
-	password, err := gateway.NewAPIKey()
+	password, err := demoPassword()
 	if err != nil {
 		return err
 	}
-	password = password[3:19]
 	firm, err := store.AddFirm(ctx, "Demo Realty", gateway.KeyDigest(key))
 	if err != nil {
 		return err
@@ -50,6 +51,15 @@ func seedDemo(ctx context.Context, store upstream.Store, log *slog.Logger) error
 		"passwordUser", "agent@demo.example", "password", password,
 		"passwordlessUser", "otp@demo.example")
 	return nil
+}
+
+// demoPassword is 96 random bits, readable enough to type.
+func demoPassword() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("demo password: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
 func demoListings(firmID, userID int64) []upstream.Listing {

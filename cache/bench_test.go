@@ -74,7 +74,7 @@ func BenchmarkHit(b *testing.B) {
 			}
 		}
 	})
-	local := NewLocal(src, 100, testConfig(""), quietLog())
+	local := NewLocal(src, testConfig(""), quietLog())
 	if _, err := local.Get(ctx, ByID(77)); err != nil {
 		b.Fatal(err)
 	}

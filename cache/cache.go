@@ -92,16 +92,41 @@ type Entry struct {
 // Config holds the lifetimes and bounds of the cache.
 type Config struct {
 	// Fresh is how long a cached listing is served without the store.
-	Fresh time.Duration
+	Fresh time.Duration `yaml:"ttl" env:"CACHE_TTL" help:"how long a cached listing is fresh"`
 	// Stale is how long past Fresh it may still be served while the store
 	// is failing.
-	Stale time.Duration
+	Stale time.Duration `yaml:"stale" env:"CACHE_STALE" help:"how long past fresh it may be served while the store fails"`
 	// Negative is how long "no such listing" is cached.
-	Negative time.Duration
+	Negative time.Duration `yaml:"negativeTTL" env:"NEGATIVE_TTL" help:"how long \"no such listing\" is cached (Redis only)"`
+	// LocalSize bounds the in-process cache, in keys.
+	LocalSize int `yaml:"localSize" env:"LOCAL_CACHE_SIZE" help:"keys kept in process when there is no Redis"`
+
 	// LoadTimeout bounds one shared miss: second look, store call, writes.
-	LoadTimeout time.Duration
-	// Prefix is put before every key; empty in production.
-	Prefix string
+	// The wiring derives it from the store and Redis timeouts.
+	LoadTimeout time.Duration `yaml:"-"`
+	// Prefix is put before every key; the wiring takes it from Redis's
+	// settings.
+	Prefix string `yaml:"-"`
+}
+
+// DefaultConfig keeps listings fresh for 5 minutes and stale for an hour.
+func DefaultConfig() Config {
+	return Config{Fresh: 5 * time.Minute, Stale: time.Hour, Negative: 30 * time.Second, LocalSize: 100_000}
+}
+
+// Validate reports every setting out of its range.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Fresh <= 0 {
+		errs = append(errs, errors.New("cache.ttl must be positive"))
+	}
+	if c.Stale < 0 || c.Negative < 0 {
+		errs = append(errs, errors.New("cache.stale and cache.negativeTTL must not be negative"))
+	}
+	if c.LocalSize <= 0 {
+		errs = append(errs, errors.New("cache.localSize must be positive"))
+	}
+	return errors.Join(errs...)
 }
 
 // Stats are counters for operators and tests.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -133,10 +132,10 @@ func listing(id, firm, no int64, active bool) upstream.Listing {
 }
 
 func testConfig(prefix string) Config {
-	return Config{Fresh: time.Minute, Stale: time.Hour, Negative: 30 * time.Second, LoadTimeout: 2 * time.Second, Prefix: prefix}
+	return Config{Fresh: time.Minute, Stale: time.Hour, Negative: 30 * time.Second, LocalSize: 100, LoadTimeout: 2 * time.Second, Prefix: prefix}
 }
 
-func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // redisFor returns a client and a key prefix of the test's own, removing
 // its keys when the test ends.
@@ -390,7 +389,7 @@ func TestRedisDownReadsThroughToTheStore(t *testing.T) {
 
 func TestLocalCacheDoesNotCacheAbsence(t *testing.T) {
 	src := newSource()
-	c := NewLocal(src, 100, testConfig(""), quietLog())
+	c := NewLocal(src, testConfig(""), quietLog())
 	for range 2 {
 		if _, err := c.Get(context.Background(), ByID(1)); !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatal(err)
@@ -409,7 +408,7 @@ type cacheKind struct {
 func cacheKinds(t *testing.T) []cacheKind {
 	return []cacheKind{
 		{name: "redis", give: func(s Source) *Cache { c, _, _ := newRedisCache(t, s); return c }},
-		{name: "local", give: func(s Source) *Cache { return NewLocal(s, 100, testConfig(""), quietLog()) }},
+		{name: "local", give: func(s Source) *Cache { return NewLocal(s, testConfig(""), quietLog()) }},
 	}
 }
 

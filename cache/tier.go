@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
-	"github.com/realty-gateway/gateway/upstream"
+	"github.com/realty-gateway/gateway/breaker"
 )
 
 // tier is where records are kept. get returns nil, nil on a miss. set
@@ -50,7 +50,7 @@ type redisTier struct {
 // NewRedis returns a cache whose shared tier is Redis. Each Redis
 // operation is bounded by opTimeout.
 func NewRedis(src Source, rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, log *slog.Logger) *Cache {
-	cb := gobreaker.NewCircuitBreaker[[]byte](upstream.FastFail("redis", log))
+	cb := gobreaker.NewCircuitBreaker[[]byte](breaker.FastFail("redis", log))
 	return newCache(src, &redisTier{rdb: rdb, timeout: opTimeout, cb: cb}, cfg, log)
 }
 
@@ -99,13 +99,14 @@ type localValue struct {
 	expires time.Time
 }
 
-// NewLocal returns a cache kept in this process, holding at most size keys.
+// NewLocal returns a cache kept in this process, holding at most
+// cfg.LocalSize keys.
 // It does not cache absence found by a read: another process (an import)
 // cannot clear this process's memory, and a cached "absent" would hide its
 // new listings. Deletes made here are cached as absent.
-func NewLocal(src Source, size int, cfg Config, log *slog.Logger) *Cache {
+func NewLocal(src Source, cfg Config, log *slog.Logger) *Cache {
 	cfg.Negative = 0
-	l, err := lru.New[string, localValue](max(size, 1))
+	l, err := lru.New[string, localValue](max(cfg.LocalSize, 1))
 	if err != nil {
 		panic(err) // only for a size below one, excluded above
 	}

@@ -2,7 +2,6 @@ package cache
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -85,7 +84,7 @@ func (c *Cache) Delete(ctx context.Context, current upstream.Listing) error {
 // afterFailedWrite removes both keys when the store may have committed a
 // write it did not confirm; the store's own answers change nothing.
 func (c *Cache) afterFailedWrite(ctx context.Context, l upstream.Listing, err error) {
-	if errors.Is(err, upstream.ErrNotFound) || errors.Is(err, upstream.ErrConflict) || errors.Is(err, upstream.ErrInvalid) {
+	if upstream.Answered(err) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)

@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -49,51 +48,10 @@ type RateLimiter interface {
 	Reserve(ctx context.Context, key string, lim ratelimit.Limit) (time.Duration, func(context.Context))
 }
 
-// LoginLimits bound login attempts. New names each limit.
-type LoginLimits struct {
-	// AccountFailures counts failed logins per e-mail within a firm.
-	AccountFailures ratelimit.Limit
-	// IP counts every attempt per client address (per IPv6Prefix network
-	// for IPv6); Key every attempt per known API key.
-	IP  ratelimit.Limit
-	Key ratelimit.Limit
-	// UnknownKeys counts, across all clients, lookups of API keys that
-	// have not resolved to a firm in this process within its period.
-	UnknownKeys ratelimit.Limit
-	// IPv6Prefix is the prefix length by which IPv6 clients are counted:
-	// one holder of a /64 holds 2^64 addresses.
-	IPv6Prefix int
-}
-
-func (l *LoginLimits) name() error {
-	limits := map[string]*ratelimit.Limit{
-		"login-account": &l.AccountFailures, "login-ip": &l.IP, "login-key": &l.Key, "login-unknown-keys": &l.UnknownKeys,
-	}
-	for name, lim := range limits {
-		if lim.Count <= 0 || lim.Period <= 0 {
-			return fmt.Errorf("gateway: limit %s must have a positive count and period", name)
-		}
-		lim.Name = name
-	}
-	if l.IPv6Prefix < 1 || l.IPv6Prefix > 128 {
-		return fmt.Errorf("gateway: IPv6 prefix /%d is not in 1…128", l.IPv6Prefix)
-	}
-	return nil
-}
-
 // Purger asks a CDN to drop what it holds under surrogate keys. It must
 // not block.
 type Purger interface {
 	Purge(keys ...string)
-}
-
-// CDN configures responses for a CDN in front of the gateway.
-type CDN struct {
-	// Enabled marks active listings public for shared caches.
-	Enabled              bool
-	SMaxAge              time.Duration
-	StaleWhileRevalidate time.Duration
-	StaleIfError         time.Duration
 }
 
 // Accounts finds firms and users for login.
@@ -102,43 +60,12 @@ type Accounts interface {
 	UserByEmail(ctx context.Context, firmID int64, email string) (upstream.User, error)
 }
 
-// Config is the gateway's part of the configuration.
-type Config struct {
-	Issuer   string
-	Audience string
-	// Keys sign and verify tokens; the first one signs.
-	Keys     []SigningKey
-	TokenTTL time.Duration
-	// Leeway is allowed on exp and nbf.
-	Leeway time.Duration
-
-	RequestTimeout time.Duration
-	ReadTimeout    time.Duration
-	WriteTimeout   time.Duration
-	IdleTimeout    time.Duration
-	BodyLimit      int
-	// HeaderLimit bounds the request line and headers; larger is a 431.
-	HeaderLimit int
-	RetryAfter  time.Duration
-
-	// HashConcurrency bounds concurrent argon2id runs; HashWait is how long
-	// a login waits for a slot before a 503.
-	HashConcurrency int
-	HashWait        time.Duration
-
-	// MaxAge is how long browsers may reuse a listing without asking; 0
-	// means they revalidate each time with the ETag.
-	MaxAge time.Duration
-	CDN    CDN
-
-	Limits LoginLimits
-	// TrustedProxies may set X-Forwarded-For; others' is ignored.
-	TrustedProxies []netip.Prefix
-}
-
 // Server holds the gateway's dependencies.
 type Server struct {
 	cfg      Config
+	keys     []SigningKey
+	limits   loginLimits
+	proxies  []netip.Prefix
 	listings Listings
 	accounts Accounts
 	purger   Purger
@@ -162,11 +89,16 @@ type Server struct {
 // New builds a Server. It hashes one random password for the dummy
 // verification of unknown accounts.
 func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, purger Purger, log *slog.Logger) (*Server, error) {
-	if len(cfg.Keys) == 0 {
-		return nil, errors.New("gateway: no signing key")
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if err := cfg.Limits.name(); err != nil {
-		return nil, err
+	keys, err := cfg.JWT.SigningKeys()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	proxies, err := cfg.trustedProxies()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	dummyKey, err := NewAPIKey()
 	if err != nil {
@@ -185,15 +117,18 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 		privateCacheControl: private,
 		publicCacheControl:  public,
 		cfg:                 cfg,
+		keys:                keys,
+		limits:              cfg.Login.limits(),
+		proxies:             proxies,
 		listings:            listings,
 		accounts:            accounts,
 		purger:              purger,
 		limiter:             limiter,
 		verified:            newVerifiedTokens(),
-		knownKeys:           expirable.NewLRU[[sha256.Size]byte, struct{}](knownKeys, nil, cfg.Limits.UnknownKeys.Period),
-		pseudonymKey:        pseudonymKey(cfg.Keys),
+		knownKeys:           expirable.NewLRU[[sha256.Size]byte, struct{}](knownKeys, nil, cfg.Login.LimitPeriod),
+		pseudonymKey:        pseudonymKey(keys),
 		log:                 log,
-		hashing:             newHashing(cfg.HashConcurrency),
+		hashing:             newHashing(cfg.Login.HashConcurrency),
 		dummyHash:           dummy,
 		retryAfterSeconds:   seconds(cfg.RetryAfter, 1),
 		requestIDPrefix:     idPrefix,
@@ -259,7 +194,7 @@ const knownKeys = 10_000
 func (s *Server) clientNetwork(c *fiber.Ctx) string {
 	addr := s.clientIP(c)
 	if addr.Is6() {
-		p, err := addr.WithZone("").Prefix(s.cfg.Limits.IPv6Prefix)
+		p, err := addr.WithZone("").Prefix(s.cfg.Login.IPv6Prefix)
 		if err == nil {
 			return p.String()
 		}
@@ -309,7 +244,7 @@ func parseHop(hop string) (netip.Addr, bool) {
 }
 
 func (s *Server) trusted(addr netip.Addr) bool {
-	for _, p := range s.cfg.TrustedProxies {
+	for _, p := range s.proxies {
 		if p.Contains(addr) {
 			return true
 		}

@@ -15,7 +15,9 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/realty-gateway/gateway/breaker"
 	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/internal/settings"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
@@ -46,7 +48,11 @@ func newFixture(t testing.TB) fixture {
 
 func newFixtureWithKeys(t testing.TB, keys []SigningKey) fixture {
 	t.Helper()
-	return newFixtureWith(t, func(c *Config) { c.Keys = keys }, NoPurge{})
+	var spec []string
+	for _, k := range keys {
+		spec = append(spec, k.ID+":"+string(k.Secret))
+	}
+	return newFixtureWith(t, func(c *Config) { c.JWT.Keys = settings.Secret(strings.Join(spec, ",")) }, NoPurge{})
 }
 
 // newFixtureWith builds the fixture with a changed configuration and a
@@ -97,22 +103,21 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 		logTo = io.Discard
 	}
 	log := slog.New(slog.NewJSONHandler(logTo, nil))
-	guarded := upstream.NewGuarded(store, upstream.BreakerConfig{
-		CallTimeout: time.Second, MaxConcurrent: 4, Window: time.Minute, MinRequests: 20, FailureRatio: 0.5, OpenFor: time.Second,
-	}, log)
-	listings := cache.NewLocal(guarded, 100, cache.Config{Fresh: time.Minute, LoadTimeout: time.Second}, log)
+	guarded := upstream.NewGuarded(store,
+		breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: 20, FailureRatio: 0.5, OpenFor: time.Second, Probes: 1},
+		breaker.Limits{CallTimeout: time.Second, MaxConcurrent: 4}, log)
+	listings := cache.NewLocal(guarded, cache.Config{Fresh: time.Minute, LocalSize: 100, LoadTimeout: time.Second}, log)
 	cfg := Config{
-		Issuer: testIssuer, Audience: testAudience,
-		Keys:     []SigningKey{{ID: "k1", Secret: testSecret}},
-		TokenTTL: time.Hour, Leeway: 30 * time.Second,
+		JWT: JWT{
+			Issuer: testIssuer, Audience: testAudience, Keys: settings.Secret("k1:" + string(testSecret)),
+			TokenTTL: time.Hour, Leeway: 30 * time.Second,
+		},
 		RequestTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, IdleTimeout: time.Second,
-		BodyLimit: 1 << 20, HeaderLimit: 8192, RetryAfter: 5 * time.Second, HashConcurrency: 2, HashWait: time.Second,
-		Limits: LoginLimits{
-			AccountFailures: ratelimit.Limit{Count: 1000, Period: time.Minute},
-			IP:              ratelimit.Limit{Count: 1000, Period: time.Minute},
-			Key:             ratelimit.Limit{Count: 1000, Period: time.Minute},
-			UnknownKeys:     ratelimit.Limit{Count: 1000, Period: time.Minute},
-			IPv6Prefix:      64,
+		BodyLimit: 1 << 20, HeaderLimit: 8192, RetryAfter: 5 * time.Second,
+		Login: Login{
+			HashConcurrency: 2, HashWait: time.Second,
+			AccountFailures: 1000, IPAttempts: 1000, KeyAttempts: 1000, UnknownKeyAttempts: 1000,
+			IPv6Prefix: 64, LimitPeriod: time.Minute,
 		},
 	}
 	if o.change != nil {
@@ -437,7 +442,7 @@ func ptr[T any](v T) *T { return &v }
 // TestRememberedTokenStillExpires: a token that passed once is remembered,
 // but not past its exp.
 func TestRememberedTokenStillExpires(t *testing.T) {
-	f := newFixtureWith(t, func(c *Config) { c.Leeway = 0 }, NoPurge{})
+	f := newFixtureWith(t, func(c *Config) { c.JWT.Leeway = 0 }, NoPurge{})
 	now := time.Now()
 	exp := now.Truncate(time.Second).Add(2 * time.Second)
 	tok := "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "exp", exp.Unix()), testSecret)

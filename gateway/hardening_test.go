@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"os"
 	"regexp"
 	"runtime"
@@ -256,7 +255,7 @@ func (f fixture) loginFrom(t *testing.T, body string, xff ...string) (*http.Resp
 	return f.do(t, req)
 }
 
-func trustAll(c *Config) { c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/32")} }
+func trustAll(c *Config) { c.TrustedProxies = []string{"0.0.0.0/32"} }
 
 // TestUnknownKeysDoNotStarveRealLogins floods logins with random keys from
 // many addresses, with the production hashing bounds, while real password
@@ -264,7 +263,7 @@ func trustAll(c *Config) { c.TrustedProxies = []netip.Prefix{netip.MustParsePref
 func TestUnknownKeysDoNotStarveRealLogins(t *testing.T) {
 	f := newFixtureWith(t, func(c *Config) {
 		trustAll(c)
-		c.HashConcurrency, c.HashWait = 4, 250*time.Millisecond
+		c.Login.HashConcurrency, c.Login.HashWait = 4, 250*time.Millisecond
 	}, NoPurge{})
 	var wg sync.WaitGroup
 	statuses := make(chan int, 605)
@@ -303,13 +302,13 @@ func TestUnknownKeysDoNotStarveRealLogins(t *testing.T) {
 	}
 }
 
-// TestUnknownKeyBudget: past Limits.UnknownKeys, logins with keys that
+// TestUnknownKeyBudget: past Login.UnknownKeyAttempts, logins with keys that
 // have not resolved lately are 429 without a store lookup; a key that
 // resolved before goes on.
 func TestUnknownKeyBudget(t *testing.T) {
 	var counted *countingAccounts
 	f := newFixtureOf(t, fixtureOptions{
-		change: func(c *Config) { c.Limits.UnknownKeys = ratelimit.Limit{Count: 20, Period: time.Hour} },
+		change: func(c *Config) { c.Login.UnknownKeyAttempts, c.Login.LimitPeriod = 20, time.Hour },
 		accounts: func(a Accounts) Accounts {
 			counted = &countingAccounts{Accounts: a}
 			return counted
@@ -360,8 +359,8 @@ func TestAccountLimitCannotBeRaced(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixtureOf(t, fixtureOptions{limiter: limiter(t), change: func(c *Config) {
 				trustAll(c)
-				c.Limits.AccountFailures = ratelimit.Limit{Count: 20, Period: time.Hour}
-				c.HashConcurrency, c.HashWait = 4, time.Minute
+				c.Login.AccountFailures, c.Login.LimitPeriod = 20, time.Hour
+				c.Login.HashConcurrency, c.Login.HashWait = 4, time.Minute
 			}})
 			var wg sync.WaitGroup
 			var mu sync.Mutex
@@ -407,9 +406,9 @@ func TestClientAddressBehindProxies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixtureWith(t, func(c *Config) {
 				trustAll(c)
-				c.Limits.IP = ratelimit.Limit{Count: 1, Period: time.Hour}
+				c.Login.IPAttempts, c.Login.LimitPeriod = 1, time.Hour
 				if tt.prefix != 0 {
-					c.Limits.IPv6Prefix = tt.prefix
+					c.Login.IPv6Prefix = tt.prefix
 				}
 			}, NoPurge{})
 			for i, lines := range tt.give {

@@ -91,7 +91,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
-	if wait := s.limiter.Take(ctx, "login:ip:"+s.clientNetwork(c), s.cfg.Limits.IP); wait > 0 {
+	if wait := s.limiter.Take(ctx, "login:ip:"+s.clientNetwork(c), s.limits.ip); wait > 0 {
 		return tooManyLogins(wait)
 	}
 	user, err := s.authenticate(ctx, req)
@@ -120,11 +120,11 @@ func (s *Server) authenticate(ctx context.Context, req loginRequest) (upstream.U
 	if err != nil {
 		return upstream.User{}, err
 	}
-	if wait := s.limiter.Take(ctx, "login:key:"+s.pseudonym(digest), s.cfg.Limits.Key); wait > 0 {
+	if wait := s.limiter.Take(ctx, "login:key:"+s.pseudonym(digest), s.limits.key); wait > 0 {
 		return upstream.User{}, tooManyLogins(wait)
 	}
 	account := "login:account:" + s.pseudonym([]byte(strconv.FormatInt(firm.ID, 10)+"\x00"+upstream.NormalizeEmail(req.Email)))
-	wait, refund := s.limiter.Reserve(ctx, account, s.cfg.Limits.AccountFailures)
+	wait, refund := s.limiter.Reserve(ctx, account, s.limits.accountFailures)
 	if wait > 0 {
 		return upstream.User{}, tooManyLogins(wait)
 	}
@@ -148,7 +148,7 @@ func (s *Server) firmByKey(ctx context.Context, digest []byte) (upstream.Firm, e
 	refund := noRefund
 	if !s.knownKeys.Contains(known) {
 		var wait time.Duration
-		wait, refund = s.limiter.Reserve(ctx, "login:unknown-keys", s.cfg.Limits.UnknownKeys)
+		wait, refund = s.limiter.Reserve(ctx, "login:unknown-keys", s.limits.unknownKeys)
 		if wait > 0 {
 			return upstream.Firm{}, tooManyLogins(wait)
 		}
@@ -204,7 +204,7 @@ func (s *Server) reject(ctx context.Context, password string) error {
 // verifyPassword runs argon2id under the hashing semaphore. When all slots
 // stay busy for HashWait it gives up with errBusy.
 func (s *Server) verifyPassword(ctx context.Context, password, hash string) (bool, error) {
-	wait, cancel := context.WithTimeout(ctx, s.cfg.HashWait)
+	wait, cancel := context.WithTimeout(ctx, s.cfg.Login.HashWait)
 	defer cancel()
 	if err := s.hashing.Acquire(wait, 1); err != nil {
 		return false, errBusy

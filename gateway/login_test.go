@@ -4,13 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/realty-gateway/gateway/ratelimit"
 )
 
 func (f fixture) login(t *testing.T, body string, header map[string]string) (*http.Response, string) {
@@ -31,45 +28,45 @@ func loginBody(email, password, key string) string {
 func TestLoginLimits(t *testing.T) {
 	tests := []struct {
 		name  string
-		give  func(*LoginLimits)
+		give  func(*Login)
 		tries []string // bodies, in order
 		want  []int    // statuses, in order
 	}{
 		{
 			name:  "failed logins per account",
-			give:  func(l *LoginLimits) { l.AccountFailures = ratelimit.Limit{Count: 2, Period: time.Hour} },
+			give:  func(l *Login) { l.AccountFailures, l.LimitPeriod = 2, time.Hour },
 			tries: []string{loginBody("pw@one.example", "wrong", testKey), loginBody("PW@one.example ", "wrong", testKey), loginBody("pw@one.example", testPassword, testKey)},
 			want:  []int{401, 401, 429},
 		},
 		{
 			name: "failures without the firm's key do not lock the account",
-			give: func(l *LoginLimits) { l.AccountFailures = ratelimit.Limit{Count: 2, Period: time.Hour} },
+			give: func(l *Login) { l.AccountFailures, l.LimitPeriod = 2, time.Hour },
 			tries: []string{loginBody("pw@one.example", "wrong", "not-a-key"), loginBody("pw@one.example", "wrong", "not-a-key"),
 				loginBody("pw@one.example", "wrong", "not-a-key"), loginBody("pw@one.example", testPassword, testKey)},
 			want: []int{401, 401, 401, 200},
 		},
 		{
 			name:  "successes do not count against the account",
-			give:  func(l *LoginLimits) { l.AccountFailures = ratelimit.Limit{Count: 1, Period: time.Hour} },
+			give:  func(l *Login) { l.AccountFailures, l.LimitPeriod = 1, time.Hour },
 			tries: []string{loginBody("pw@one.example", testPassword, testKey), loginBody("pw@one.example", testPassword, testKey), loginBody("pw@one.example", testPassword, testKey)},
 			want:  []int{200, 200, 200},
 		},
 		{
 			name:  "attempts per client IP",
-			give:  func(l *LoginLimits) { l.IP = ratelimit.Limit{Count: 2, Period: time.Hour} },
+			give:  func(l *Login) { l.IPAttempts, l.LimitPeriod = 2, time.Hour },
 			tries: []string{loginBody("pw@one.example", testPassword, testKey), loginBody("otp@one.example", "", testKey), loginBody("pw@two.example", testPassword, otherKey)},
 			want:  []int{200, 200, 429},
 		},
 		{
 			name:  "attempts per API key",
-			give:  func(l *LoginLimits) { l.Key = ratelimit.Limit{Count: 2, Period: time.Hour} },
+			give:  func(l *Login) { l.KeyAttempts, l.LimitPeriod = 2, time.Hour },
 			tries: []string{loginBody("pw@one.example", testPassword, testKey), loginBody("otp@one.example", "", testKey), loginBody("otp@one.example", "", testKey), loginBody("pw@two.example", testPassword, otherKey)},
 			want:  []int{200, 200, 429, 200},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFixtureWith(t, func(c *Config) { tt.give(&c.Limits) }, NoPurge{})
+			f := newFixtureWith(t, func(c *Config) { tt.give(&c.Login) }, NoPurge{})
 			for i, body := range tt.tries {
 				resp, got := f.login(t, body, nil)
 				if resp.StatusCode != tt.want[i] {
@@ -87,17 +84,17 @@ func TestLoginLimits(t *testing.T) {
 }
 
 func TestClientIPComesFromForwardedForOnlyBehindTrustedProxies(t *testing.T) {
-	limit := func(c *Config) { c.Limits.IP = ratelimit.Limit{Count: 1, Period: time.Hour} }
+	limit := func(c *Config) { c.Login.IPAttempts, c.Login.LimitPeriod = 1, time.Hour }
 	tests := []struct {
 		name    string
-		trusted []netip.Prefix
+		trusted []string
 		give    []string // X-Forwarded-For of consecutive logins
 		want    []int
 	}{
 		{name: "untrusted peer: the header is ignored", give: []string{"10.0.0.1", "10.0.0.2"}, want: []int{200, 429}},
-		{name: "trusted peer: each client counts on its own", trusted: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/8")},
+		{name: "trusted peer: each client counts on its own", trusted: []string{"0.0.0.0/8"},
 			give: []string{"10.0.0.1", "10.0.0.2", "10.0.0.1"}, want: []int{200, 200, 429}},
-		{name: "spoofed left-most hops do not help", trusted: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/8")},
+		{name: "spoofed left-most hops do not help", trusted: []string{"0.0.0.0/8"},
 			give: []string{"1.1.1.1, 10.0.0.9", "2.2.2.2, 10.0.0.9"}, want: []int{200, 429}},
 	}
 	for _, tt := range tests {
@@ -122,7 +119,7 @@ func TestLongPasswordRejectedBeforeHashing(t *testing.T) {
 }
 
 func TestHashingAtCapacityAnswers503(t *testing.T) {
-	f := newFixtureWith(t, func(c *Config) { c.HashConcurrency = 1; c.HashWait = 10 * time.Millisecond }, NoPurge{})
+	f := newFixtureWith(t, func(c *Config) { c.Login.HashConcurrency = 1; c.Login.HashWait = 10 * time.Millisecond }, NoPurge{})
 	// Hold the only slot, as a long-running hash would.
 	if !f.srv.hashing.TryAcquire(1) {
 		t.Fatal("slot taken")

@@ -51,10 +51,10 @@ func (s *Server) issueToken(firmID, userID int64, now time.Time) (string, error)
 	}
 	claims := issuedClaims{
 		RegisteredClaims: jwt.RegisteredClaims{
-			Issuer:    s.cfg.Issuer,
+			Issuer:    s.cfg.JWT.Issuer,
 			Subject:   strconv.FormatInt(userID, 10),
-			Audience:  jwt.ClaimStrings{s.cfg.Audience},
-			ExpiresAt: jwt.NewNumericDate(now.Add(s.cfg.TokenTTL)),
+			Audience:  jwt.ClaimStrings{s.cfg.JWT.Audience},
+			ExpiresAt: jwt.NewNumericDate(now.Add(s.cfg.JWT.TokenTTL)),
 			NotBefore: jwt.NewNumericDate(now),
 			IssuedAt:  jwt.NewNumericDate(now),
 			ID:        hex.EncodeToString(jti),
@@ -63,7 +63,7 @@ func (s *Server) issueToken(firmID, userID int64, now time.Time) (string, error)
 		FirmUserID: userID,
 	}
 	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
-	signer := s.cfg.Keys[0]
+	signer := s.keys[0]
 	tok.Header["kid"] = signer.ID
 	return tok.SignedString(signer.Secret)
 }
@@ -138,13 +138,13 @@ func (c *checkedClaims) Validate() error {
 // checkClaims applies the configured issuer, audience and leeway.
 func (s *Server) checkClaims(c *checkedClaims, now time.Time) error {
 	switch {
-	case c.Issuer != s.cfg.Issuer:
+	case c.Issuer != s.cfg.JWT.Issuer:
 		return errors.New("wrong issuer")
-	case !slices.Contains(c.Audience, s.cfg.Audience):
+	case !slices.Contains(c.Audience, s.cfg.JWT.Audience):
 		return errors.New("wrong audience")
-	case !now.Before(c.ExpiresAt.time().Add(s.cfg.Leeway)):
+	case !now.Before(c.ExpiresAt.time().Add(s.cfg.JWT.Leeway)):
 		return errors.New("token expired")
-	case c.NotBefore != nil && now.Before(c.NotBefore.time().Add(-s.cfg.Leeway)):
+	case c.NotBefore != nil && now.Before(c.NotBefore.time().Add(-s.cfg.JWT.Leeway)):
 		return errors.New("token not yet valid")
 	}
 	return nil
@@ -154,8 +154,8 @@ var errUnauthorized = &problem{status: fiber.StatusUnauthorized, detail: "A vali
 
 // requireToken checks the bearer token before anything else of a request.
 func (s *Server) requireToken() fiber.Handler {
-	keys := make(map[string]jwtware.SigningKey, len(s.cfg.Keys))
-	for _, k := range s.cfg.Keys {
+	keys := make(map[string]jwtware.SigningKey, len(s.keys))
+	for _, k := range s.keys {
 		keys[k.ID] = jwtware.SigningKey{JWTAlg: signingAlg, Key: k.Secret}
 	}
 	verify := jwtware.New(jwtware.Config{
@@ -175,7 +175,7 @@ func (s *Server) requireToken() fiber.Handler {
 				return errUnauthorized
 			}
 			p := principal{FirmID: claims.FirmID, FirmUserID: claims.FirmUserID}
-			until := claims.ExpiresAt.time().Add(s.cfg.Leeway)
+			until := claims.ExpiresAt.time().Add(s.cfg.JWT.Leeway)
 			if limit := time.Now().Add(verifiedTokenTTL); limit.Before(until) {
 				until = limit
 			}

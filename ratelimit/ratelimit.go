@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
-	"github.com/realty-gateway/gateway/upstream"
+	"github.com/realty-gateway/gateway/breaker"
 )
 
 // Limit allows Count events per Period, all of them at once if need be.
@@ -57,7 +57,7 @@ func New(rdb *redis.Client, prefix string, timeout time.Duration, log *slog.Logg
 	if rdb != nil {
 		l.rdb = rdb
 		l.redis = redis_rate.NewLimiter(rdb)
-		l.cb = gobreaker.NewCircuitBreaker[*redis_rate.Result](upstream.FastFail("ratelimit-redis", log))
+		l.cb = gobreaker.NewCircuitBreaker[*redis_rate.Result](breaker.FastFail("ratelimit-redis", log))
 	}
 	return l
 }

@@ -34,7 +34,8 @@ const (
 // flood logins with random API keys. The normal load must stay right, the
 // bombs must be refused with 415, the junk logins with 401 or 429, and the
 // gateway's RSS must stay flat.
-func (w *world) abuse(t *testing.T, res *phaseResult) {
+func (s *suite) abuse(t *testing.T, res *phaseResult) {
+	w := s.w
 	bomb := gatewaytest.GzipBomb(bombSize, 2)
 	baseline, err := w.p.RSS()
 	if err != nil {

@@ -48,7 +48,7 @@ func TestFaults(t *testing.T) {
 	}
 	t.Logf("built the gateway in %v", time.Since(began).Round(time.Millisecond))
 	proxy := gatewaytest.NewProxy(t, rs.addr)
-	// The store is reached through a proxy too, only so that phase g can
+	// The store is reached through a proxy too, only so that phase h can
 	// slow it: then requests are in flight when the listener closes.
 	storeURL, err := url.Parse(db.url)
 	if err != nil {
@@ -80,6 +80,7 @@ func TestFaults(t *testing.T) {
 		"GATEWAY_LOGIN_KEY_ATTEMPTS": "1000000",
 	}
 	w := seed(t, bin, env, rs.addr, prefix)
+	s := &suite{w: w, rs: rs, proxy: proxy, pgProxy: pgProxy, db: db}
 	w.p = gatewaytest.Start(t, bin, env)
 	w.canonicalBodies(t)
 	t.Logf("seeded %d listings and read them once by both forms; %v so far", listings, time.Since(began).Round(time.Millisecond))
@@ -106,236 +107,274 @@ func TestFaults(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 
-	phase(phaseSpec{name: "a baseline"}, func(t *testing.T, res *phaseResult) {
-		w.runLoad(t, res, 3*time.Second, nil)
-	})
+	phase(phaseSpec{name: "a baseline"}, s.baseline)
+	phase(phaseSpec{name: "b Redis stopped, restarted", redisFault: true}, s.redisStopped)
+	phase(phaseSpec{name: "c Redis paused (SIGSTOP)", redisFault: true}, s.redisPaused)
+	phase(phaseSpec{name: "d Redis slowed +200 ms", redisFault: true}, s.redisSlowed)
+	phase(phaseSpec{name: "e PostgreSQL connections terminated", storeFault: true, checkCache: true}, s.postgresTerminated)
+	phase(phaseSpec{name: "f PostgreSQL stopped", storeFault: true, checkCache: true, coldShare: 0.15}, s.postgresStopped)
+	phase(phaseSpec{name: "g abuse: compression bombs, unknown-key flood"}, s.abuse)
+	phase(phaseSpec{name: "h SIGTERM under load"}, s.sigterm)
+}
 
-	phase(phaseSpec{name: "b Redis stopped, restarted", redisFault: true}, func(t *testing.T, res *phaseResult) {
-		var hitAfter time.Duration = -1
-		w.runLoad(t, res, 4*time.Second, func(ctx context.Context, _ context.CancelFunc) {
-			sleep(ctx, time.Second)
-			if err := rs.kill(); err != nil {
-				t.Errorf("kill redis-server: %v", err)
-				return
-			}
-			res.note("killed at 1s")
-			time.Sleep(1500 * time.Millisecond)
-			if err := rs.restart(); err != nil {
-				t.Errorf("restart redis-server: %v", err)
-				return
-			}
-			restarted := time.Now()
-			if w.waitHit(5 * time.Second) {
-				hitAfter = time.Since(restarted)
-			}
-		})
-		if hitAfter < 0 {
-			t.Errorf("no X-Cache: HIT within 5s of Redis coming back (gateway not restarted)")
-			res.note("restarted at 2.5s, no HIT within 5s")
-		} else {
-			res.note("restarted at 2.5s, first HIT %s ms later", ms(hitAfter))
+// suite is what the phases act on: the gateway under load, its own
+// redis-server, the proxies in front of Redis and PostgreSQL, and its
+// database.
+type suite struct {
+	w       *world
+	rs      *redisServer
+	proxy   *gatewaytest.Proxy // in front of Redis
+	pgProxy *gatewaytest.Proxy // in front of PostgreSQL
+	db      *postgresDB
+}
+
+// baseline runs the load with no fault.
+func (s *suite) baseline(t *testing.T, res *phaseResult) {
+	w := s.w
+	w.runLoad(t, res, 3*time.Second, nil)
+}
+
+// redisStopped kills redis-server under load and restarts it: hits must come
+// back without a gateway restart.
+func (s *suite) redisStopped(t *testing.T, res *phaseResult) {
+	w, rs := s.w, s.rs
+	var hitAfter time.Duration = -1
+	w.runLoad(t, res, 4*time.Second, func(ctx context.Context, _ context.CancelFunc) {
+		sleep(ctx, time.Second)
+		if err := rs.kill(); err != nil {
+			t.Errorf("kill redis-server: %v", err)
+			return
+		}
+		res.note("killed at 1s")
+		time.Sleep(1500 * time.Millisecond)
+		if err := rs.restart(); err != nil {
+			t.Errorf("restart redis-server: %v", err)
+			return
+		}
+		restarted := time.Now()
+		if w.waitHit(5 * time.Second) {
+			hitAfter = time.Since(restarted)
 		}
 	})
+	if hitAfter < 0 {
+		t.Errorf("no X-Cache: HIT within 5s of Redis coming back (gateway not restarted)")
+		res.note("restarted at 2.5s, no HIT within 5s")
+	} else {
+		res.note("restarted at 2.5s, first HIT %s ms later", ms(hitAfter))
+	}
+}
 
-	phase(phaseSpec{name: "c Redis paused (SIGSTOP)", redisFault: true}, func(t *testing.T, res *phaseResult) {
-		w.runLoad(t, res, 4*time.Second, func(ctx context.Context, _ context.CancelFunc) {
-			sleep(ctx, time.Second)
-			if err := rs.pause(); err != nil {
-				t.Errorf("SIGSTOP redis-server: %v", err)
-				return
-			}
-			time.Sleep(2 * time.Second)
-			if err := rs.resume(); err != nil {
-				t.Errorf("SIGCONT redis-server: %v", err)
-			}
-		})
-		res.note("SIGSTOP 1s–3s")
-		if !w.waitHit(5 * time.Second) {
-			t.Errorf("no X-Cache: HIT within 5s of SIGCONT")
+// redisPaused stops redis-server with SIGSTOP for 2 s under load.
+func (s *suite) redisPaused(t *testing.T, res *phaseResult) {
+	w, rs := s.w, s.rs
+	w.runLoad(t, res, 4*time.Second, func(ctx context.Context, _ context.CancelFunc) {
+		sleep(ctx, time.Second)
+		if err := rs.pause(); err != nil {
+			t.Errorf("SIGSTOP redis-server: %v", err)
+			return
+		}
+		time.Sleep(2 * time.Second)
+		if err := rs.resume(); err != nil {
+			t.Errorf("SIGCONT redis-server: %v", err)
 		}
 	})
+	res.note("SIGSTOP 1s–3s")
+	if !w.waitHit(5 * time.Second) {
+		t.Errorf("no X-Cache: HIT within 5s of SIGCONT")
+	}
+}
 
-	phase(phaseSpec{name: "d Redis slowed +200 ms", redisFault: true}, func(t *testing.T, res *phaseResult) {
-		w.runLoad(t, res, 4*time.Second, func(ctx context.Context, _ context.CancelFunc) {
-			sleep(ctx, 500*time.Millisecond)
-			proxy.SetLatency(200 * time.Millisecond)
-			sleep(ctx, 3*time.Second)
-			proxy.SetLatency(0)
-		})
+// redisSlowed adds 200 ms to every Redis reply for 3 s under load.
+func (s *suite) redisSlowed(t *testing.T, res *phaseResult) {
+	w, proxy := s.w, s.proxy
+	w.runLoad(t, res, 4*time.Second, func(ctx context.Context, _ context.CancelFunc) {
+		sleep(ctx, 500*time.Millisecond)
+		proxy.SetLatency(200 * time.Millisecond)
+		sleep(ctx, 3*time.Second)
 		proxy.SetLatency(0)
-		res.note("+200 ms per reply 0.5s–3.5s")
 	})
+	proxy.SetLatency(0)
+	res.note("+200 ms per reply 0.5s–3.5s")
+}
 
-	phase(phaseSpec{name: "e PostgreSQL connections terminated", storeFault: true, checkCache: true}, func(t *testing.T, res *phaseResult) {
-		if err := w.rdb.FlushDB(context.Background()).Err(); err != nil {
-			t.Fatalf("flush Redis: %v", err)
-		}
-		terminated, rounds := 0, 0
-		w.runLoad(t, res, 4*time.Second, func(ctx context.Context, _ context.CancelFunc) {
-			for ctx.Err() == nil {
-				sleep(ctx, 250*time.Millisecond)
-				n, err := db.terminate()
-				if err != nil {
-					t.Errorf("terminate backends: %v", err)
-					return
-				}
-				terminated += n
-				rounds++
-			}
-		})
-		res.note("cache flushed first; %d backends terminated in %d rounds", terminated, rounds)
-		if terminated == 0 {
-			t.Errorf("no backend was terminated: the fault did not happen")
-		}
-	})
-
-	phase(phaseSpec{name: "f PostgreSQL stopped", storeFault: true, checkCache: true, coldShare: 0.15}, func(t *testing.T, res *phaseResult) {
-		if err := db.stop(); err != nil {
-			t.Fatalf("close database: %v", err)
-		}
-		stopped := true
-		defer func() {
-			if stopped {
-				_ = db.start()
-			}
-		}()
-		w.runLoad(t, res, 4*time.Second, nil)
-		res.mu.Lock()
-		stale, loginOK, login503, s503 := res.stale, res.loginOK, res.login503, res.s503
-		lat503, lat503bo := slices.Clone(res.lat503), slices.Clone(res.lat503bo)
-		res.mu.Unlock()
-		res.note("p99 of 503s %s ms (%d while the breaker was open: p99 %s ms)", ms(p99(lat503)), len(lat503bo), ms(p99(lat503bo)))
-		if stale == 0 {
-			t.Errorf("no X-Cache: STALE with the store down and cached copies past fresh")
-		}
-		if s503 == 0 {
-			t.Errorf("no 503 for uncached listings with the store down")
-		}
-		if loginOK > 0 || login503 == 0 {
-			t.Errorf("logins with the store down: %d 200, %d 503; want 503 only", loginOK, login503)
-		}
-		if len(lat503bo) == 0 {
-			t.Errorf("no 503 while the breaker was open")
-		} else if d := p99(lat503bo); d >= 500*time.Millisecond {
-			t.Errorf("p99 of 503s with the breaker open = %v, want < 500ms", d)
-		}
-		w.probeStoreDown(t)
-
-		if err := db.start(); err != nil {
-			t.Fatalf("re-open database: %v", err)
-		}
-		stopped = false
-		reopened := time.Now()
-		// Recovery: an uncached listing answers 200, then the breaker
-		// closes: consecutive store reads (each a half-open probe) succeed,
-		// read one at a time so that none is turned away as an excess
-		// probe. Phase g then starts with a closed breaker.
-		deadline := reopened.Add(15 * time.Second)
-		first, closed := time.Duration(-1), time.Duration(-1)
-		for streak, n := 0, int64(0); closed < 0 && time.Now().Before(deadline); n++ {
-			no := int64(listings) - n%coldSet
-			w.rdb.Del(context.Background(), w.redisKey(no, false))
-			status, xcache, body := w.get(w.readPath(no, false))
-			if status != http.StatusOK {
-				streak = 0
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			if !bytes.Equal(body, w.canonical[no]) {
-				t.Errorf("read after recovery: %s body differs from the stored one (X-Cache %s)", w.readPath(no, false), xcache)
-			}
-			if first < 0 {
-				first = time.Since(reopened)
-			}
-			if xcache != "MISS" {
-				continue // not a store read
-			}
-			if streak++; streak >= breakerProbes {
-				if s, err := w.p.ReadStats(); err == nil && !s.BreakerOpen {
-					closed = time.Since(reopened)
-				}
-			}
-		}
-		switch {
-		case first < 0:
-			t.Errorf("no 200 for an uncached listing within 15s of re-opening the database")
-			res.note("no recovery within 15s")
-		case closed < 0:
-			t.Errorf("first 200 %v after re-opening, but no %d store reads in a row succeeded within 15s", first, breakerProbes)
-			res.note("first 200 %s ms after re-opening, breaker not closed within 15s", ms(first))
-		default:
-			res.note("first 200 for an uncached listing %s ms after re-opening, %d store reads in a row by %s ms", ms(first), breakerProbes, ms(closed))
-		}
-	})
-
-	phase(phaseSpec{name: "g abuse: compression bombs, unknown-key flood"}, w.abuse)
-
-	phase(phaseSpec{name: "h SIGTERM under load"}, func(t *testing.T, res *phaseResult) {
-		var first503, exited time.Duration = -1, -1
-		var exitErr error
-		pgProxy.SetLatency(storeLatency)
-		defer pgProxy.SetLatency(0)
-		w.runLoad(t, res, 6*time.Second, func(ctx context.Context, cancel context.CancelFunc) {
-			sleep(ctx, time.Second)
-			sent := time.Now()
-			res.setStop(sent)
-			if err := w.p.Signal(syscall.SIGTERM); err != nil {
-				t.Errorf("SIGTERM: %v", err)
+// postgresTerminated empties the cache, then terminates the store's
+// PostgreSQL sessions every 250 ms under load.
+func (s *suite) postgresTerminated(t *testing.T, res *phaseResult) {
+	w, db := s.w, s.db
+	if err := w.rdb.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatalf("flush Redis: %v", err)
+	}
+	terminated, rounds := 0, 0
+	w.runLoad(t, res, 4*time.Second, func(ctx context.Context, _ context.CancelFunc) {
+		for ctx.Err() == nil {
+			sleep(ctx, 250*time.Millisecond)
+			n, err := db.terminate()
+			if err != nil {
+				t.Errorf("terminate backends: %v", err)
 				return
 			}
-			client := &http.Client{Timeout: time.Second}
-			for time.Since(sent) < 5*time.Second {
-				resp, err := client.Get(w.p.AdminBase + "/readyz")
-				if err == nil {
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusServiceUnavailable {
-						first503 = time.Since(sent)
-						break
-					}
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			select {
-			case <-w.p.Done():
-				exited = time.Since(sent)
-				exitErr = w.p.Wait()
-			case <-time.After(20 * time.Second):
-			}
-			time.Sleep(300 * time.Millisecond) // a few refused connections after the exit
-			cancel()
-		})
-		res.mu.Lock()
-		firstRefused, stopAt := res.firstRefused, res.stopAt
-		drained := 0 // 200s that arrived after the listener had closed
-		for _, at := range res.lateDone {
-			if !firstRefused.IsZero() && at.After(firstRefused) {
-				drained++
-			}
-		}
-		res.mu.Unlock()
-		refusedAfter := time.Duration(-1)
-		if !firstRefused.IsZero() {
-			refusedAfter = firstRefused.Sub(stopAt)
-		}
-		res.note("store replies +%v", storeLatency)
-		res.note("SIGTERM at 1s; /readyz 503 after %s ms; first refused connection after %s ms; %d whole 200s arrived after that; exit after %s ms",
-			ms(first503), ms(refusedAfter), drained, ms(exited))
-		switch {
-		case first503 < 0:
-			t.Errorf("/readyz never answered 503 after SIGTERM")
-		case refusedAfter >= 0 && refusedAfter <= first503:
-			t.Errorf("the listener refused connections (%v after SIGTERM) before /readyz turned 503 (%v)", refusedAfter, first503)
-		}
-		if drained == 0 {
-			t.Logf("NOTE: no 200 arrived after the listener closed; the drain of in-flight requests was not exercised this time")
-		}
-		switch {
-		case exited < 0:
-			t.Errorf("the gateway did not exit within 20s of SIGTERM")
-		case exitErr != nil:
-			t.Errorf("the gateway exited with %v after SIGTERM", exitErr)
+			terminated += n
+			rounds++
 		}
 	})
+	res.note("cache flushed first; %d backends terminated in %d rounds", terminated, rounds)
+	if terminated == 0 {
+		t.Errorf("no backend was terminated: the fault did not happen")
+	}
+}
+
+// postgresStopped closes the database under load: cached listings are served
+// stale, the rest and logins get 503; then it re-opens the database and
+// waits for the breaker to close.
+func (s *suite) postgresStopped(t *testing.T, res *phaseResult) {
+	w, db := s.w, s.db
+	if err := db.stop(); err != nil {
+		t.Fatalf("close database: %v", err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = db.start()
+		}
+	}()
+	w.runLoad(t, res, 4*time.Second, nil)
+	res.mu.Lock()
+	stale, loginOK, login503, s503 := res.stale, res.loginOK, res.login503, res.s503
+	lat503, lat503bo := slices.Clone(res.lat503), slices.Clone(res.lat503bo)
+	res.mu.Unlock()
+	res.note("p99 of 503s %s ms (%d while the breaker was open: p99 %s ms)", ms(p99(lat503)), len(lat503bo), ms(p99(lat503bo)))
+	if stale == 0 {
+		t.Errorf("no X-Cache: STALE with the store down and cached copies past fresh")
+	}
+	if s503 == 0 {
+		t.Errorf("no 503 for uncached listings with the store down")
+	}
+	if loginOK > 0 || login503 == 0 {
+		t.Errorf("logins with the store down: %d 200, %d 503; want 503 only", loginOK, login503)
+	}
+	if len(lat503bo) == 0 {
+		t.Errorf("no 503 while the breaker was open")
+	} else if d := p99(lat503bo); d >= 500*time.Millisecond {
+		t.Errorf("p99 of 503s with the breaker open = %v, want < 500ms", d)
+	}
+	w.probeStoreDown(t)
+
+	if err := db.start(); err != nil {
+		t.Fatalf("re-open database: %v", err)
+	}
+	stopped = false
+	reopened := time.Now()
+	// Recovery: an uncached listing answers 200, then the breaker
+	// closes: consecutive store reads (each a half-open probe) succeed,
+	// read one at a time so that none is turned away as an excess
+	// probe. Phase g then starts with a closed breaker.
+	deadline := reopened.Add(15 * time.Second)
+	first, closed := time.Duration(-1), time.Duration(-1)
+	for streak, n := 0, int64(0); closed < 0 && time.Now().Before(deadline); n++ {
+		no := int64(listings) - n%coldSet
+		w.rdb.Del(context.Background(), w.redisKey(no, false))
+		status, xcache, body := w.get(w.readPath(no, false))
+		if status != http.StatusOK {
+			streak = 0
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if !bytes.Equal(body, w.canonical[no]) {
+			t.Errorf("read after recovery: %s body differs from the stored one (X-Cache %s)", w.readPath(no, false), xcache)
+		}
+		if first < 0 {
+			first = time.Since(reopened)
+		}
+		if xcache != "MISS" {
+			continue // not a store read
+		}
+		if streak++; streak >= breakerProbes {
+			if s, err := w.p.ReadStats(); err == nil && !s.BreakerOpen {
+				closed = time.Since(reopened)
+			}
+		}
+	}
+	switch {
+	case first < 0:
+		t.Errorf("no 200 for an uncached listing within 15s of re-opening the database")
+		res.note("no recovery within 15s")
+	case closed < 0:
+		t.Errorf("first 200 %v after re-opening, but no %d store reads in a row succeeded within 15s", first, breakerProbes)
+		res.note("first 200 %s ms after re-opening, breaker not closed within 15s", ms(first))
+	default:
+		res.note("first 200 for an uncached listing %s ms after re-opening, %d store reads in a row by %s ms", ms(first), breakerProbes, ms(closed))
+	}
+}
+
+// sigterm sends SIGTERM under load, with the store slowed so that requests
+// are in flight: readiness turns false first, the listener closes after the
+// shutdown delay, in-flight requests complete, and the process exits 0.
+func (s *suite) sigterm(t *testing.T, res *phaseResult) {
+	w, pgProxy := s.w, s.pgProxy
+	var first503, exited time.Duration = -1, -1
+	var exitErr error
+	pgProxy.SetLatency(storeLatency)
+	defer pgProxy.SetLatency(0)
+	w.runLoad(t, res, 6*time.Second, func(ctx context.Context, cancel context.CancelFunc) {
+		sleep(ctx, time.Second)
+		sent := time.Now()
+		res.setStop(sent)
+		if err := w.p.Signal(syscall.SIGTERM); err != nil {
+			t.Errorf("SIGTERM: %v", err)
+			return
+		}
+		client := &http.Client{Timeout: time.Second}
+		for time.Since(sent) < 5*time.Second {
+			resp, err := client.Get(w.p.AdminBase + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable {
+					first503 = time.Since(sent)
+					break
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		select {
+		case <-w.p.Done():
+			exited = time.Since(sent)
+			exitErr = w.p.Wait()
+		case <-time.After(20 * time.Second):
+		}
+		time.Sleep(300 * time.Millisecond) // a few refused connections after the exit
+		cancel()
+	})
+	res.mu.Lock()
+	firstRefused, stopAt := res.firstRefused, res.stopAt
+	drained := 0 // 200s that arrived after the listener had closed
+	for _, at := range res.lateDone {
+		if !firstRefused.IsZero() && at.After(firstRefused) {
+			drained++
+		}
+	}
+	res.mu.Unlock()
+	refusedAfter := time.Duration(-1)
+	if !firstRefused.IsZero() {
+		refusedAfter = firstRefused.Sub(stopAt)
+	}
+	res.note("store replies +%v", storeLatency)
+	res.note("SIGTERM at 1s; /readyz 503 after %s ms; first refused connection after %s ms; %d whole 200s arrived after that; exit after %s ms",
+		ms(first503), ms(refusedAfter), drained, ms(exited))
+	switch {
+	case first503 < 0:
+		t.Errorf("/readyz never answered 503 after SIGTERM")
+	case refusedAfter >= 0 && refusedAfter <= first503:
+		t.Errorf("the listener refused connections (%v after SIGTERM) before /readyz turned 503 (%v)", refusedAfter, first503)
+	}
+	if drained == 0 {
+		t.Logf("NOTE: no 200 arrived after the listener closed; the drain of in-flight requests was not exercised this time")
+	}
+	switch {
+	case exited < 0:
+		t.Errorf("the gateway did not exit within 20s of SIGTERM")
+	case exitErr != nil:
+		t.Errorf("the gateway exited with %v after SIGTERM", exitErr)
+	}
 }
 
 // seed creates a firm, a passwordless and a password user, and the

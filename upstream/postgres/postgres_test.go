@@ -22,15 +22,7 @@ func open(t *testing.T) upstream.Store {
 	t.Helper()
 	url := testenv.PostgresURL(t)
 	s, err := postgres.Open(context.Background(), url, postgres.Options{MaxConns: 4})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
+	return storetest.Opened(t, s, err)
 }
 
 func TestStore(t *testing.T) {
@@ -41,29 +33,22 @@ func TestStore(t *testing.T) {
 // one for each step in migrations/.
 var schemaVersions = []int{1, 2, 3}
 
-// rawExec returns a function that runs one statement on the database at
-// url, beside any store open on it.
-func rawExec(t *testing.T, url string) func(ctx context.Context, stmt string) error {
+// connect opens a connection to the database at url, beside any store
+// open on it, and closes it when the test ends.
+func connect(t *testing.T, url string) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return func(ctx context.Context, stmt string) error {
-		_, err := conn.Exec(ctx, stmt)
-		return err
-	}
+	storetest.CloseAtEnd(t, "connection", func() error { return conn.Close(context.Background()) })
+	return conn
 }
 
 func TestNumberConstraint(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	s, err := postgres.Open(context.Background(), url, postgres.Options{MaxConns: 2})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer s.Close()
-	storetest.CheckNumberConstraint(t, s, rawExec(t, url))
+	storetest.CheckNumberConstraint(t, storetest.Opened(t, s, err), connect(t, url).Exec)
 }
 
 // TestOpenConcurrently starts several stores on one database at once: the
@@ -98,14 +83,9 @@ func TestOpenConcurrently(t *testing.T) {
 // execAll runs statements on the database at url, outside any store.
 func execAll(t *testing.T, url string, stmts ...string) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
+	conn := connect(t, url)
 	for _, stmt := range stmts {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
+		if _, err := conn.Exec(context.Background(), stmt); err != nil {
 			t.Fatalf("exec: %v", err)
 		}
 	}
@@ -114,13 +94,7 @@ func execAll(t *testing.T, url string, stmts ...string) {
 // recordedVersions lists the versions recorded in schema_version.
 func recordedVersions(t *testing.T, url string) []int {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT version FROM schema_version ORDER BY version`)
+	rows, err := connect(t, url).Query(context.Background(), `SELECT version FROM schema_version ORDER BY version`)
 	if err != nil {
 		t.Fatalf("read schema_version: %v", err)
 	}
@@ -164,10 +138,7 @@ func TestUpgradeUnversioned(t *testing.T) {
 
 	// Reopening applies nothing and keeps the tombstone.
 	s, err = postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
-	if err != nil {
-		t.Fatalf("Open again: %v", err)
-	}
-	defer s.Close()
+	s = storetest.Opened(t, s, err)
 	storetest.CheckReopened(t, s)
 	if got := recordedVersions(t, url); !reflect.DeepEqual(got, schemaVersions) {
 		t.Fatalf("schema_version after reopening = %v; want %v", got, schemaVersions)
@@ -178,7 +149,7 @@ func TestUpgradeUnversioned(t *testing.T) {
 	execAll(t, url,
 		`SELECT setval(pg_get_serial_sequence('firms', 'id'), (SELECT max(id) FROM firms))`,
 		`SELECT setval(pg_get_serial_sequence('firm_users', 'id'), (SELECT max(id) FROM firm_users))`)
-	storetest.CheckNumberConstraint(t, s, rawExec(t, url))
+	storetest.CheckNumberConstraint(t, s, connect(t, url).Exec)
 }
 
 func TestNewDatabaseVersion(t *testing.T) {
@@ -202,8 +173,7 @@ func TestOpenNewerSchema(t *testing.T) {
 		`INSERT INTO schema_version (version) VALUES (99)`)
 	s, err := postgres.Open(context.Background(), url, postgres.Options{MaxConns: 1})
 	if err == nil {
-		s.Close()
-		t.Fatal("Open of a database at schema version 99 succeeded; want an error")
+		t.Fatalf("Open of a database at schema version 99 succeeded (Close: %v); want an error", s.Close())
 	}
 	if !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("Open error = %v; want it to say the schema is newer", err)

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/realty-gateway/gateway/internal/testenv"
+	"github.com/realty-gateway/gateway/upstream/storetest"
 )
 
 // TestReadsSurviveTerminatedConnections: the server ends every session of
@@ -16,10 +17,7 @@ func TestReadsSurviveTerminatedConnections(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.PostgresURL(t)
 	s, err := Open(ctx, url, Options{MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s = storetest.Opened(t, s, err)
 	firm, err := s.AddFirm(ctx, "f", []byte("digest"))
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +26,7 @@ func TestReadsSurviveTerminatedConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(ctx)
+	storetest.CloseAtEnd(t, "admin connection", func() error { return admin.Close(ctx) })
 
 	for round := range 3 {
 		// Warm every pooled connection, then end them all.

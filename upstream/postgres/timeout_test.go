@@ -9,19 +9,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/realty-gateway/gateway/internal/testenv"
+	"github.com/realty-gateway/gateway/upstream/storetest"
 )
 
 func TestStatementTimeout(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	s, err := Open(context.Background(), url, Options{StatementTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	s = storetest.Opened(t, s, err)
 
 	start := time.Now()
 	_, err = s.pool.Exec(context.Background(), `SELECT pg_sleep(2)`)

@@ -16,15 +16,7 @@ import (
 func open(t *testing.T) upstream.Store {
 	t.Helper()
 	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "data", "gateway.db"))
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
+	return storetest.Opened(t, s, err)
 }
 
 func TestStore(t *testing.T) {
@@ -35,29 +27,22 @@ func TestStore(t *testing.T) {
 // number of steps in migrations/.
 const schemaVersion = 3
 
-// rawExec returns a function that runs one statement on the file at path,
-// beside any store open on it.
-func rawExec(t *testing.T, path string) func(ctx context.Context, stmt string) error {
+// openRaw opens the file at path beside any store open on it, as an older
+// release or an operator would, and closes it when the test ends.
+func openRaw(t *testing.T, path string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)")
 	if err != nil {
 		t.Fatalf("open %s: %v", path, err)
 	}
-	t.Cleanup(func() { db.Close() })
-	return func(ctx context.Context, stmt string) error {
-		_, err := db.ExecContext(ctx, stmt)
-		return err
-	}
+	storetest.CloseAtEnd(t, path, db.Close)
+	return db
 }
 
 func TestNumberConstraint(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gateway.db")
 	s, err := sqlite.Open(context.Background(), path)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer s.Close()
-	storetest.CheckNumberConstraint(t, s, rawExec(t, path))
+	storetest.CheckNumberConstraint(t, storetest.Opened(t, s, err), openRaw(t, path).ExecContext)
 }
 
 func TestOpenTwice(t *testing.T) {
@@ -75,14 +60,7 @@ func TestOpenTwice(t *testing.T) {
 	}
 
 	second, err := sqlite.Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open again: %v", err)
-	}
-	defer func() {
-		if err := second.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}()
+	second = storetest.Opened(t, second, err)
 	if empty, err := second.Empty(ctx); err != nil || empty {
 		t.Fatalf("Empty() after reopening = %v, %v; want false, nil", empty, err)
 	}
@@ -91,13 +69,8 @@ func TestOpenTwice(t *testing.T) {
 // userVersion reads PRAGMA user_version of the file at path.
 func userVersion(t *testing.T, path string) int {
 	t.Helper()
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatalf("open %s: %v", path, err)
-	}
-	defer db.Close()
 	var v int
-	if err := db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+	if err := openRaw(t, path).QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
 		t.Fatalf("PRAGMA user_version: %v", err)
 	}
 	return v
@@ -114,10 +87,7 @@ func TestUpgradeUnversioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, doc := storetest.UpgradedListing(t)
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openRaw(t, path)
 	for _, stmt := range []string{
 		string(oldSchema),
 		`INSERT INTO firms (id, name, key_digest) VALUES (1, 'Firm A', x'01')`,
@@ -148,28 +118,21 @@ func TestUpgradeUnversioned(t *testing.T) {
 
 	// Reopening applies nothing and keeps the tombstone.
 	s, err = sqlite.Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open again: %v", err)
-	}
-	defer s.Close()
+	s = storetest.Opened(t, s, err)
 	storetest.CheckReopened(t, s)
 	if v := userVersion(t, path); v != schemaVersion {
 		t.Fatalf("user_version after reopening = %d; want %d", v, schemaVersion)
 	}
-	storetest.CheckNumberConstraint(t, s, rawExec(t, path))
+	storetest.CheckNumberConstraint(t, s, openRaw(t, path).ExecContext)
 }
 
 // requireRebuiltListings checks what step 3's rebuild of the listings table
 // must keep: its index, and foreign keys that hold.
 func requireRebuiltListings(t *testing.T, path string) {
 	t.Helper()
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openRaw(t, path)
 	var indexes int
-	err = db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'listings_firm_user_id' AND tbl_name = 'listings'`).
+	err := db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'listings_firm_user_id' AND tbl_name = 'listings'`).
 		Scan(&indexes)
 	if err != nil || indexes != 1 {
 		t.Fatalf("index listings_firm_user_id on listings: %d, %v; want 1", indexes, err)
@@ -203,10 +166,7 @@ func TestNewFileVersion(t *testing.T) {
 
 func TestOpenNewerSchema(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gateway.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openRaw(t, path)
 	if _, err := db.Exec(`PRAGMA user_version = 99`); err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +175,7 @@ func TestOpenNewerSchema(t *testing.T) {
 	}
 	s, err := sqlite.Open(context.Background(), path)
 	if err == nil {
-		s.Close()
-		t.Fatal("Open of a file at schema version 99 succeeded; want an error")
+		t.Fatalf("Open of a file at schema version 99 succeeded (Close: %v); want an error", s.Close())
 	}
 	if !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("Open error = %v; want it to say the schema is newer", err)

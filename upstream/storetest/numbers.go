@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -148,15 +147,22 @@ func testNumberLimits(t *testing.T, open func(t *testing.T) upstream.Store) {
 }
 
 // CheckNumberConstraint checks the schema's own guard on listing numbers,
-// below the store: exec runs one SQL statement on the database of the
-// fresh store s, outside it. A number of 0 or less is refused by the CHECK
+// below the store: exec is the driver's own Exec of a connection to the
+// database of the fresh store s, outside it (*sql.DB.ExecContext,
+// *pgx.Conn.Exec). A number of 0 or less is refused by the CHECK
 // constraint listings_no_positive, on insert and on update, tombstones
 // included; and a number that an older release stored past
 // upstream.MaxNumber leaves no number to assign, rather than a wrapped one.
 // The SQL is common to SQLite and PostgreSQL.
-func CheckNumberConstraint(t *testing.T, s upstream.Store, exec func(ctx context.Context, stmt string) error) {
+func CheckNumberConstraint[Result any](t *testing.T, s upstream.Store,
+	exec func(ctx context.Context, stmt string, args ...any) (Result, error),
+) {
 	t.Helper()
 	ctx := context.Background()
+	run := func(stmt string) error {
+		_, err := exec(ctx, stmt)
+		return err
+	}
 	f := seed(t, s)
 	stored := mustImport(t, s, []upstream.Listing{f.listing(0, 0)})[0]
 
@@ -164,12 +170,8 @@ func CheckNumberConstraint(t *testing.T, s upstream.Store, exec func(ctx context
 		l := f.listing(id, no)
 		l.Revision = 1
 		l.Normalize()
-		doc, err := json.Marshal(l)
-		if err != nil {
-			t.Fatal(err)
-		}
 		return fmt.Sprintf(`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document, deleted)
-			VALUES (%d, %d, %d, %d, false, 1, '%s', %t)`, id, f.firmA.ID, no, f.alice.ID, doc, deleted)
+			VALUES (%d, %d, %d, %d, false, 1, '%s', %t)`, id, f.firmA.ID, no, f.alice.ID, mustJSON(t, l), deleted)
 	}
 	update := func(no int64) string {
 		return fmt.Sprintf(`UPDATE listings SET no = %d WHERE id = %d`, no, stored.ID)
@@ -177,7 +179,7 @@ func CheckNumberConstraint(t *testing.T, s upstream.Store, exec func(ctx context
 
 	// The statements are well-formed: with a valid number they run.
 	for _, stmt := range []string{insert(100, 50, false), insert(101, 51, true), update(stored.No)} {
-		if err := exec(ctx, stmt); err != nil {
+		if err := run(stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
 		}
 	}
@@ -193,7 +195,7 @@ func CheckNumberConstraint(t *testing.T, s upstream.Store, exec func(ctx context
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := exec(ctx, tt.give)
+			err := run(tt.give)
 			if err == nil || !strings.Contains(err.Error(), "listings_no_positive") {
 				t.Fatalf("%s: error = %v; want a violation of listings_no_positive", tt.give, err)
 			}
@@ -203,7 +205,7 @@ func CheckNumberConstraint(t *testing.T, s upstream.Store, exec func(ctx context
 
 	// A number stored past the bound by an older release: the next one
 	// would wrap around to a negative number.
-	if err := exec(ctx, insert(102, math.MaxInt64, false)); err != nil {
+	if err := run(insert(102, math.MaxInt64, false)); err != nil {
 		t.Fatalf("insert no %d: %v", int64(math.MaxInt64), err)
 	}
 	_, err := s.ImportListings(ctx, []upstream.Listing{f.listing(0, 0)})

@@ -59,6 +59,27 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 	}
 }
 
+// Opened takes the results of an engine's Open: it fails the test on err,
+// and closes s when the test ends, failing the test if that fails.
+func Opened[S upstream.Store](t *testing.T, s S, err error) S {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	CloseAtEnd(t, "store", s.Close)
+	return s
+}
+
+// CloseAtEnd closes what when the test ends, failing the test if that
+// fails: a store, or a connection that a test opens beside it.
+func CloseAtEnd(t *testing.T, what string, close func() error) {
+	t.Cleanup(func() {
+		if err := close(); err != nil {
+			t.Errorf("close %s: %v", what, err)
+		}
+	})
+}
+
 // fixture is the seed most subtests start from: firm A with users alice and
 // otp (passwordless), firm B with its own alice.
 type fixture struct {
@@ -463,11 +484,20 @@ func requireNoNil(t *testing.T, path string, v reflect.Value) {
 func requireSameListing(t *testing.T, what string, got, want upstream.Listing) {
 	t.Helper()
 	if !reflect.DeepEqual(got, want) {
-		gotJSON, _ := json.Marshal(got)
-		wantJSON, _ := json.Marshal(want)
 		t.Fatalf("%s:\n got %s (revision %d)\nwant %s (revision %d)",
-			what, gotJSON, got.Revision, wantJSON, want.Revision)
+			what, mustJSON(t, got), got.Revision, mustJSON(t, want), want.Revision)
 	}
+}
+
+// mustJSON is v in encoding/json's form, the one the stores keep as a
+// listing's document.
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("encode %T: %v", v, err)
+	}
+	return b
 }
 
 func testFullListingRoundTrip(t *testing.T, open func(t *testing.T) upstream.Store) {
@@ -525,10 +555,7 @@ func testMinimalListing(t *testing.T, open func(t *testing.T) upstream.Store) {
 			got.CreatedDate, got.UpdatedDate, before, after)
 	}
 
-	doc, err := json.Marshal(got)
-	if err != nil {
-		t.Fatalf("marshal: %v", err)
-	}
+	doc := mustJSON(t, got)
 	for _, want := range []string{
 		`"realtyFiles":[]`,
 		`"sideIdList":[]`,

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 
@@ -19,11 +18,7 @@ func UpgradedListing(t *testing.T) (upstream.Listing, string) {
 	t.Helper()
 	l := upstream.Listing{ID: 7, No: 3, Title: "Old flat", FirmID: 1, FirmUserID: 1, CreatedDate: 1000, UpdatedDate: 2000}
 	l.Normalize()
-	doc, err := json.Marshal(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, string(doc)
+	return l, string(mustJSON(t, l))
 }
 
 // CheckUpgraded checks a store just opened on an old database: the

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,34 +10,14 @@ import (
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// ImportTx is an engine's import transaction. Deleted listings (tombstones)
-// count in every lookup: their ids and numbers are never given out again.
-type ImportTx interface {
-	// FirmExists reports whether firm firmID is stored.
-	FirmExists(ctx context.Context, firmID int64) (bool, error)
-	// UserFirm returns the firm of user userID, 0 when there is no such user.
-	UserFirm(ctx context.Context, userID int64) (int64, error)
-	// IDTaken reports whether a listing has this id.
-	IDTaken(ctx context.Context, id int64) (bool, error)
-	// NoTaken reports whether a listing of the firm has this number.
-	NoTaken(ctx context.Context, firmID, no int64) (bool, error)
-	// MaxID returns the largest listing id, 0 when there is none.
-	MaxID(ctx context.Context) (int64, error)
-	// MaxNo returns the firm's largest listing number, 0 when there is none.
-	MaxNo(ctx context.Context, firmID int64) (int64, error)
-	// Insert stores l with doc as its document. A constraint violation is
-	// upstream.ErrConflict (unique) or upstream.ErrInvalid (foreign key).
-	Insert(ctx context.Context, l upstream.Listing, doc []byte) error
-}
-
-// Import stores ls through tx as new listings written at now (epoch ms),
-// and returns them as stored. It keeps the given ids and numbers, which
-// must be within [1, upstream.MaxNumber], and gives the next free ones where
-// they are zero. An entry at fault is an *upstream.ImportError: a value out
-// of range, or none left after upstream.MaxNumber, is a
-// *upstream.ValidationError for field "id" or "no". On any error the caller
-// rolls tx back.
-func Import(ctx context.Context, tx ImportTx, ls []upstream.Listing, now int64) ([]upstream.Listing, error) {
+// importListings stores ls through tx as new listings written at now
+// (epoch ms), and returns them as stored. It keeps the given ids and
+// numbers, which must be within [1, upstream.MaxNumber], and gives the next
+// free ones where they are zero. An entry at fault is an
+// *upstream.ImportError: a value out of range, or none left after
+// upstream.MaxNumber, is a *upstream.ValidationError for field "id" or
+// "no". On any error the caller rolls tx back.
+func importListings(ctx context.Context, tx importTx, ls []upstream.Listing, now int64) ([]upstream.Listing, error) {
 	im := importer{
 		tx:    tx,
 		now:   now,
@@ -45,9 +26,9 @@ func Import(ctx context.Context, tx ImportTx, ls []upstream.Listing, now int64) 
 		users: map[int64]int64{},
 		seen:  map[[2]int64]bool{},
 	}
-	maxID, err := tx.MaxID(ctx)
+	maxID, err := tx.maxID(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("import: %w", err)
+		return nil, fmt.Errorf("largest id: %w", err)
 	}
 	im.ids = counter{stored: maxID, max: maxID}
 
@@ -58,7 +39,7 @@ func Import(ctx context.Context, tx ImportTx, ls []upstream.Listing, now int64) 
 			if errors.As(err, &de) {
 				return nil, &upstream.ImportError{Index: i, ID: l.ID, Err: de.err}
 			}
-			return nil, fmt.Errorf("import entry %d: %w", i, err)
+			return nil, fmt.Errorf("entry %d: %w", i, err)
 		}
 	}
 	return out, nil
@@ -71,7 +52,7 @@ type counter struct {
 
 // importer holds what one import learned so far, within its transaction.
 type importer struct {
-	tx    ImportTx
+	tx    importTx
 	now   int64
 	ids   counter
 	nos   map[int64]*counter // by firm
@@ -101,7 +82,7 @@ func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listi
 	}
 
 	id, ok, err := im.take(&im.ids, 0, l.ID, func() (bool, error) {
-		return im.tx.IDTaken(ctx, l.ID)
+		return im.tx.idTaken(ctx, l.ID)
 	})
 	switch {
 	case errors.Is(err, errExhausted):
@@ -117,7 +98,7 @@ func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listi
 		return l, err
 	}
 	no, ok, err := im.take(nos, l.FirmID, l.No, func() (bool, error) {
-		return im.tx.NoTaken(ctx, l.FirmID, l.No)
+		return im.tx.noTaken(ctx, l.FirmID, l.No)
 	})
 	switch {
 	case errors.Is(err, errExhausted):
@@ -143,7 +124,7 @@ func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listi
 	if err != nil {
 		return l, fmt.Errorf("encode: %w", err)
 	}
-	if err := im.tx.Insert(ctx, l, doc); err != nil {
+	if err := im.tx.insert(ctx, l, doc); err != nil {
 		if errors.Is(err, upstream.ErrConflict) || errors.Is(err, upstream.ErrInvalid) {
 			return l, reject("listing %d or %s: %w", l.ID, l.ListingID, err)
 		}
@@ -158,7 +139,7 @@ func (im *importer) checkOwner(ctx context.Context, firmID, userID int64) error 
 	exists, ok := im.firms[firmID]
 	if !ok {
 		var err error
-		if exists, err = im.tx.FirmExists(ctx, firmID); err != nil {
+		if exists, err = im.tx.firmExists(ctx, firmID); err != nil {
 			return err
 		}
 		im.firms[firmID] = exists
@@ -170,7 +151,7 @@ func (im *importer) checkOwner(ctx context.Context, firmID, userID int64) error 
 	owner, ok := im.users[userID]
 	if !ok {
 		var err error
-		if owner, err = im.tx.UserFirm(ctx, userID); err != nil {
+		if owner, err = im.tx.userFirm(ctx, userID); err != nil {
 			return err
 		}
 		im.users[userID] = owner
@@ -185,7 +166,7 @@ func (im *importer) firmNos(ctx context.Context, firmID int64) (*counter, error)
 	if c, ok := im.nos[firmID]; ok {
 		return c, nil
 	}
-	stored, err := im.tx.MaxNo(ctx, firmID)
+	stored, err := im.tx.maxNo(ctx, firmID)
 	if err != nil {
 		return nil, err
 	}
@@ -225,4 +206,63 @@ func (im *importer) take(c *counter, scope, give int64, taken func() (bool, erro
 	im.seen[[2]int64{scope, give}] = true
 	c.max = max(c.max, give)
 	return give, true, nil
+}
+
+// importTx is the SQL of an import, in its transaction. Deleted listings
+// (tombstones) count in every lookup: their ids and numbers are never given
+// out again.
+type importTx struct {
+	tx              Querier
+	constraintError func(error) error
+}
+
+func (t importTx) firmExists(ctx context.Context, firmID int64) (exists bool, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM firms WHERE id = $1)`, firmID).Scan(&exists)
+	return exists, err
+}
+
+// userFirm returns the firm of user userID, 0 when there is no such user.
+func (t importTx) userFirm(ctx context.Context, userID int64) (firmID int64, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT firm_id FROM firm_users WHERE id = $1`, userID).Scan(&firmID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return firmID, err
+}
+
+func (t importTx) idTaken(ctx context.Context, id int64) (taken bool, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM listings WHERE id = $1)`, id).Scan(&taken)
+	return taken, err
+}
+
+func (t importTx) noTaken(ctx context.Context, firmID, no int64) (taken bool, err error) {
+	err = t.tx.QueryRow(ctx,
+		`SELECT EXISTS (SELECT 1 FROM listings WHERE firm_id = $1 AND no = $2)`, firmID, no).Scan(&taken)
+	return taken, err
+}
+
+// maxID returns the largest listing id, 0 when there is none.
+func (t importTx) maxID(ctx context.Context) (id int64, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&id)
+	return id, err
+}
+
+// maxNo returns the firm's largest listing number, 0 when there is none.
+func (t importTx) maxNo(ctx context.Context, firmID int64) (no int64, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT COALESCE(MAX(no), 0) FROM listings WHERE firm_id = $1`, firmID).Scan(&no)
+	return no, err
+}
+
+// insert stores l with doc as its document. A constraint violation is
+// returned as the domain error alone (upstream.ErrConflict or
+// upstream.ErrInvalid), which the entry's *upstream.ImportError carries.
+func (t importTx) insert(ctx context.Context, l upstream.Listing, doc []byte) error {
+	err := t.tx.Exec(ctx,
+		`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
+		 VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision, string(doc))
+	if ce := t.constraintError(err); ce != nil {
+		return ce
+	}
+	return err
 }

@@ -1,38 +1,106 @@
-// Package sqlstore is what the SQL engines of package upstream share:
-// loading their numbered migration steps, and the import algorithm, which
-// each engine runs over its own transaction through ImportTx.
+// Package sqlstore is the one copy of what the SQL engines of package
+// upstream have in common: the statements, the flow of every upstream.Store
+// method but Ping and Close, the import algorithm and the migration loop.
+// An engine supplies only what differs, through Engine and Schema: its
+// driver behind Querier and Tx, its locking, its constraint error codes and
+// where it records its schema version. With one copy the engines cannot
+// drift apart; the conformance suite in package storetest checks what their
+// dialects still decide.
 //
-// Concurrency: the functions keep no state of their own. Import runs inside
-// the caller's transaction, which must keep other imports out until it ends.
+// The statements run on both SQLite and PostgreSQL as written. Their
+// parameters are numbered ($1, $2...), PostgreSQL's form, which
+// modernc.org/sqlite binds by number as well. A deleted listing stays as a
+// tombstone row (deleted is true): the reads and writes of a listing skip
+// it, while imports still count its id and number as taken, so that they
+// are never given out again.
+//
+// Concurrency: a Store is safe for concurrent use when its engine's DB is.
+// It keeps no state between calls; a write that reads first runs in one
+// transaction, which the engine's locking keeps apart from the others.
 package sqlstore
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"io/fs"
-	"path"
-	"strconv"
-	"strings"
 )
 
-// LoadSteps reads the schema steps NNNN_name.sql of dir, which must be
-// numbered 1, 2, 3... in order. Applying steps[i] brings a database from
-// version i to i+1.
-func LoadSteps(fsys fs.FS, dir string) ([]string, error) {
-	names, err := fs.Glob(fsys, dir+"/*.sql")
+// Row is one result row, as *sql.Row and pgx.Row are. When the query found
+// no row, Scan returns an error that is sql.ErrNoRows (pgx.ErrNoRows is).
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// RowQuerier runs a query for at most one row.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, query string, args ...any) Row
+}
+
+// Querier runs statements on a database or in a transaction.
+type Querier interface {
+	RowQuerier
+	// Exec runs a statement and drops its result. Without args, it may run
+	// several statements at once (a schema step).
+	Exec(ctx context.Context, query string, args ...any) error
+}
+
+// Tx is a transaction. Rollback of a transaction that is over already
+// returns nil, so that it can be deferred; it runs even when ctx is done,
+// as that is often why the transaction is rolled back.
+type Tx interface {
+	Querier
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// DB is an engine's pool of connections.
+type DB interface {
+	Querier
+	Begin(ctx context.Context) (Tx, error)
+}
+
+// Conn makes a Querier of a driver's own QueryRow and Exec, of a pool or a
+// transaction: Conn(tx.QueryRowContext, tx.ExecContext) for database/sql,
+// Conn(tx.QueryRow, tx.Exec) for pgx. Neither is a Querier as it is, since
+// their results are the driver's own types.
+func Conn[R Row, Result any](
+	queryRow func(ctx context.Context, query string, args ...any) R,
+	exec func(ctx context.Context, query string, args ...any) (Result, error),
+) Querier {
+	return conn[R, Result]{queryRow: queryRow, exec: exec}
+}
+
+type conn[R Row, Result any] struct {
+	queryRow func(ctx context.Context, query string, args ...any) R
+	exec     func(ctx context.Context, query string, args ...any) (Result, error)
+}
+
+func (c conn[R, Result]) QueryRow(ctx context.Context, query string, args ...any) Row {
+	return c.queryRow(ctx, query, args...)
+}
+
+func (c conn[R, Result]) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := c.exec(ctx, query, args...)
+	return err
+}
+
+// inTx runs fn in a transaction of db and commits it. Any error, fn's own
+// included, rolls the transaction back.
+func inTx(ctx context.Context, db DB, fn func(tx Querier) error) (err error) {
+	tx, err := db.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", dir, err)
+		return err
 	}
-	steps := make([]string, len(names)) // fs.Glob sorts the names
-	for i, name := range names {
-		num, _, _ := strings.Cut(path.Base(name), "_")
-		if n, err := strconv.Atoi(num); err != nil || n != i+1 {
-			return nil, fmt.Errorf("migration %s: want step number %d", name, i+1)
+	defer func() {
+		if rbErr := tx.Rollback(ctx); err != nil && rbErr != nil {
+			err = errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
 		}
-		b, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			return nil, err // names the file
-		}
-		steps[i] = string(b)
+	}()
+	if err := fn(tx); err != nil {
+		return err
 	}
-	return steps, nil
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }

@@ -1,4 +1,10 @@
-package upstream
+// Package cdn talks to the CDN in front of the gateway: it sends purges
+// for surrogate keys in the background, behind a breaker, so that a write
+// never waits for the CDN. It knows nothing of listings.
+//
+// Concurrency: a *Purger is safe for concurrent use; Run must be running
+// for purges to be sent.
+package cdn
 
 import (
 	"context"
@@ -13,27 +19,38 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/realty-gateway/gateway/breaker"
+	"github.com/realty-gateway/gateway/internal/settings"
 )
 
-// PurgeConfig names a CDN's purge API.
-type PurgeConfig struct {
-	// URLTemplate is where a purge is POSTed; "{key}" is replaced by the
+// Config names a CDN's purge API. An empty URL sends no purges.
+type Config struct {
+	// URL is where a purge is POSTed; "{key}" is replaced by the
 	// path-escaped surrogate key, which is also the request body.
-	URLTemplate string
+	URL settings.DSN `yaml:"url" env:"URL" help:"POST target of purges, {key} = surrogate key; empty = no purges"`
 	// Header is an optional "Name: value" sent with each purge (an API
-	// token); it is a secret.
-	Header string
-	// Timeout bounds one purge request.
-	Timeout time.Duration
+	// token).
+	Header  settings.Secret `yaml:"header" env:"HEADER" help:"\"Name: value\" header sent with purges (secret)"`
+	Timeout time.Duration   `yaml:"timeout" env:"TIMEOUT" help:"deadline of one purge request"`
 	// Queue is how many purges may wait; more are dropped and logged.
-	Queue int
+	Queue int `yaml:"-"`
 }
 
-// Purger sends CDN purges in the background, behind its own breaker, so
-// that a write never waits for the CDN. It is safe for concurrent use;
-// Run must be running for purges to be sent.
+// DefaultConfig sends no purges.
+func DefaultConfig() Config { return Config{Timeout: 2 * time.Second, Queue: 4096} }
+
+// Validate reports a setting out of its range.
+func (c Config) Validate() error {
+	if c.Timeout <= 0 {
+		return errors.New("purge timeout must be positive")
+	}
+	return nil
+}
+
+// Purger sends CDN purges in the background, behind its own breaker.
 type Purger struct {
-	cfg     PurgeConfig
+	cfg     Config
 	client  *http.Client
 	cb      *gobreaker.CircuitBreaker[struct{}]
 	queue   chan string
@@ -43,14 +60,14 @@ type Purger struct {
 }
 
 // NewPurger returns a Purger for cfg.
-func NewPurger(cfg PurgeConfig, log *slog.Logger) *Purger {
+func NewPurger(cfg Config, log *slog.Logger) *Purger {
 	return &Purger{
 		cfg:    cfg,
 		client: &http.Client{Timeout: cfg.Timeout},
 		cb: gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 			Name:          "cdn-purge",
 			Timeout:       30 * time.Second,
-			OnStateChange: LogStateChanges(log),
+			OnStateChange: breaker.LogStateChanges(log),
 		}),
 		queue: make(chan string, max(cfg.Queue, 1)),
 		log:   log,
@@ -108,13 +125,13 @@ func (p *Purger) purge(ctx context.Context, key string) {
 }
 
 func (p *Purger) send(ctx context.Context, key string) error {
-	target := strings.ReplaceAll(p.cfg.URLTemplate, "{key}", url.PathEscape(key))
+	target := strings.ReplaceAll(string(p.cfg.URL), "{key}", url.PathEscape(key))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader(key))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "text/plain")
-	if name, value, ok := strings.Cut(p.cfg.Header, ":"); ok {
+	if name, value, ok := strings.Cut(string(p.cfg.Header), ":"); ok {
 		req.Header.Set(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
 	resp, err := p.client.Do(req)

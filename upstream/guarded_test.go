@@ -3,7 +3,6 @@ package upstream_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -11,14 +10,13 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/realty-gateway/gateway/breaker"
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
 )
 
 // quiet is the logger of every Guarded under test.
-func quiet() *slog.Logger {
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // countingStore is the real store with a count of the listing lookups that
 // reached it.
@@ -58,16 +56,8 @@ func openSQLite(t *testing.T) (*sqlite.Store, int64) {
 }
 
 func TestGuardedRealStore(t *testing.T) {
-	cfg := upstream.BreakerConfig{
-		CallTimeout:    time.Second,
-		MaxConcurrent:  4,
-		Window:         time.Minute,
-		Bucket:         time.Second,
-		MinRequests:    5,
-		FailureRatio:   0.5,
-		OpenFor:        time.Minute,
-		HalfOpenProbes: 1,
-	}
+	cfg := breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: 5, FailureRatio: 0.5, OpenFor: time.Minute, Probes: 1}
+	lim := breaker.Limits{CallTimeout: time.Second, MaxConcurrent: 4}
 	const unknownID = 999_999
 	tests := []struct {
 		name       string
@@ -112,7 +102,7 @@ func TestGuardedRealStore(t *testing.T) {
 				}
 			}
 			store := &countingStore{Store: sq}
-			g := upstream.NewGuarded(store, cfg, quiet())
+			g := upstream.NewGuarded(store, cfg, lim, quiet())
 
 			for i := range tt.calls {
 				start := time.Now()
@@ -226,10 +216,9 @@ func TestGuardedHungStoreTimesOut(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := newStandIn(0)
-			g := upstream.NewGuarded(store, upstream.BreakerConfig{
-				CallTimeout: tt.giveTimeout, MaxConcurrent: 1, MinRequests: 5, FailureRatio: 0.5,
-				OpenFor: time.Minute, HalfOpenProbes: 1,
-			}, quiet())
+			g := upstream.NewGuarded(store,
+				breaker.Config{MinRequests: 5, FailureRatio: 0.5, OpenFor: time.Minute, Probes: 1},
+				breaker.Limits{CallTimeout: tt.giveTimeout, MaxConcurrent: 1}, quiet())
 
 			start := time.Now()
 			err := result(t, lookup(context.Background(), g))
@@ -267,10 +256,9 @@ func TestGuardedCallerCancellationIsNotAFailure(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			store := newStandIn(0)
 			defer close(store.release)
-			g := upstream.NewGuarded(store, upstream.BreakerConfig{
-				CallTimeout: 10 * time.Second, MaxConcurrent: 1, Window: time.Minute, Bucket: time.Second,
-				MinRequests: minRequests, FailureRatio: 0.5, OpenFor: time.Minute, HalfOpenProbes: 1,
-			}, quiet())
+			g := upstream.NewGuarded(store,
+				breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: minRequests, FailureRatio: 0.5, OpenFor: time.Minute, Probes: 1},
+				breaker.Limits{CallTimeout: 10 * time.Second, MaxConcurrent: 1}, quiet())
 
 			if tt.holdSlot {
 				holder := lookup(context.Background(), g)
@@ -314,10 +302,9 @@ func TestGuardedBulkhead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := newStandIn(0)
-			g := upstream.NewGuarded(store, upstream.BreakerConfig{
-				CallTimeout: 10 * time.Second, MaxConcurrent: tt.maxConcurrent, Window: time.Minute, Bucket: time.Second,
-				MinRequests: 5, FailureRatio: 0.5, OpenFor: time.Minute, HalfOpenProbes: 1,
-			}, quiet())
+			g := upstream.NewGuarded(store,
+				breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: 5, FailureRatio: 0.5, OpenFor: time.Minute, Probes: 1},
+				breaker.Limits{CallTimeout: 10 * time.Second, MaxConcurrent: tt.maxConcurrent}, quiet())
 
 			holders := make([]<-chan error, tt.maxConcurrent)
 			for i := range holders {
@@ -378,10 +365,9 @@ func TestGuardedHalfOpenProbesAreLimited(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := newStandIn(failures)
-			g := upstream.NewGuarded(store, upstream.BreakerConfig{
-				CallTimeout: 10 * time.Second, MaxConcurrent: 8, Window: time.Minute, Bucket: time.Second,
-				MinRequests: minRequests, FailureRatio: 0.5, OpenFor: 100 * time.Millisecond, HalfOpenProbes: tt.probes,
-			}, quiet())
+			g := upstream.NewGuarded(store,
+				breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: minRequests, FailureRatio: 0.5, OpenFor: 100 * time.Millisecond, Probes: tt.probes},
+				breaker.Limits{CallTimeout: 10 * time.Second, MaxConcurrent: 8}, quiet())
 
 			for i := range failures {
 				if _, err := g.ListingByID(context.Background(), 1); !errors.Is(err, upstream.ErrUnavailable) || !errors.Is(err, errStoreDown) {

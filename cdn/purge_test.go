@@ -1,4 +1,4 @@
-package upstream_test
+package cdn_test
 
 import (
 	"context"
@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/realty-gateway/gateway/cdn"
+	"github.com/realty-gateway/gateway/internal/settings"
 	"github.com/realty-gateway/gateway/internal/testenv"
-	"github.com/realty-gateway/gateway/upstream"
 )
 
 func TestPurgerPostsEachKey(t *testing.T) {
@@ -25,9 +26,9 @@ func TestPurgerPostsEachKey(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer srv.Close()
-	p := upstream.NewPurger(upstream.PurgeConfig{
-		URLTemplate: srv.URL + "/purge/{key}", Header: "Fastly-Key: tok", Timeout: time.Second, Queue: 10,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := cdn.NewPurger(cdn.Config{
+		URL: settings.DSN(srv.URL + "/purge/{key}"), Header: "Fastly-Key: tok", Timeout: time.Second, Queue: 10,
+	}, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.Run(ctx)
@@ -47,8 +48,8 @@ func TestPurgerNeverBlocksAndCountsFailures(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	defer srv.Close()
-	p := upstream.NewPurger(upstream.PurgeConfig{URLTemplate: srv.URL + "/{key}", Timeout: time.Second, Queue: 2},
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(srv.URL + "/{key}"), Timeout: time.Second, Queue: 2},
+		slog.New(slog.DiscardHandler))
 
 	// Nothing runs the queue yet: the third key is dropped, not waited for.
 	p.Purge("a", "b", "c")
@@ -73,8 +74,8 @@ func TestPurgerSendsWhatIsQueuedWhenStopped(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer srv.Close()
-	p := upstream.NewPurger(upstream.PurgeConfig{URLTemplate: srv.URL + "/{key}", Timeout: time.Second, Queue: 10},
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(srv.URL + "/{key}"), Timeout: time.Second, Queue: 10},
+		slog.New(slog.DiscardHandler))
 	p.Purge("a", "b", "c")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // shutting down before the worker saw them

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/realty-gateway/gateway/internal/settings"
+)
+
+// ensureJWTSecret gives cfg a JWT secret when it has neither keys nor a
+// secret: one generated once and kept in the data directory, so that
+// tokens survive a restart.
+func ensureJWTSecret(cfg *config, log *slog.Logger) error {
+	jwt := &cfg.HTTP.JWT
+	if jwt.Keys != "" || jwt.Secret != "" {
+		return nil
+	}
+	sec, err := generatedSecret(cfg.Server.DataDir)
+	if err != nil {
+		return err
+	}
+	log.Warn("no JWT secret configured; using the one generated in the data directory", "dir", cfg.Server.DataDir)
+	jwt.Secret = settings.Secret(sec)
+	return nil
+}
+
+func generatedSecret(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "jwt-secret")
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("jwt secret: %w", err)
+	}
+	sec := hex.EncodeToString(raw)
+	// Write it whole under a temporary name, then link it into place, so
+	// that no process ever reads a half-written or empty secret.
+	tmp, err := os.CreateTemp(dataDir, "jwt-secret-*")
+	if err != nil {
+		return "", fmt.Errorf("jwt secret file: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := os.Chmod(tmp.Name(), 0o600); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("jwt secret file: %w", err)
+	}
+	if _, err := tmp.WriteString(sec + "\n"); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("jwt secret file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("jwt secret file: %w", err)
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+		// Another process won the race; use its secret.
+		b, err := os.ReadFile(path)
+		return strings.TrimSpace(string(b)), err
+	} else if err != nil {
+		return "", fmt.Errorf("jwt secret file: %w", err)
+	}
+	return sec, nil
+}

@@ -1,0 +1,242 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// Engine is what an SQL engine supplies to a Store.
+type Engine struct {
+	// DB runs the writes and begins the transactions.
+	DB DB
+	// Lookups runs the reads by id, number, key digest and e-mail. They are
+	// safe to repeat, so an engine may run one again on a fresh connection
+	// when its own died under it. Nil runs them on DB.
+	Lookups RowQuerier
+	// RowLock ends the read that an update's write follows, to lock the row
+	// until the commit ("FOR UPDATE"). It is empty where every transaction
+	// holds the write lock from BEGIN, as SQLite's IMMEDIATE ones do.
+	RowLock string
+	// ImportLock runs first in an import's transaction, so that two imports
+	// never pick the same free id or number. It is empty where every
+	// transaction holds the write lock from BEGIN.
+	ImportLock string
+	// ConstraintError returns the domain error of a constraint violation,
+	// upstream.ErrConflict for a unique key and upstream.ErrInvalid for a
+	// foreign key, and nil for any other error.
+	ConstraintError func(error) error
+}
+
+// Store is an upstream.Store but for Ping and Close, which the engine adds.
+// Its methods are documented there.
+type Store struct {
+	e Engine
+	// selectForUpdate reads the listing that an update replaces.
+	selectForUpdate string
+}
+
+// New returns the Store of an engine. Its schema must be up to date: see
+// Migrate.
+func New(e Engine) *Store {
+	if e.Lookups == nil {
+		e.Lookups = e.DB
+	}
+	query := `SELECT revision, document FROM listings WHERE id = $1 AND firm_id = $2 AND NOT deleted`
+	if e.RowLock != "" {
+		query += " " + e.RowLock
+	}
+	return &Store{e: e, selectForUpdate: query}
+}
+
+func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, error) {
+	l, err := scanListing(s.e.Lookups.QueryRow(ctx,
+		`SELECT revision, document FROM listings WHERE id = $1 AND NOT deleted`, id))
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("listing %d: %w", id, err)
+	}
+	return l, nil
+}
+
+func (s *Store) ListingByNumber(ctx context.Context, firmID, no int64) (upstream.Listing, error) {
+	l, err := scanListing(s.e.Lookups.QueryRow(ctx,
+		`SELECT revision, document FROM listings WHERE firm_id = $1 AND no = $2 AND NOT deleted`, firmID, no))
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("listing %s: %w", upstream.ListingNumber(firmID, no), err)
+	}
+	return l, nil
+}
+
+// scanListing reads a row of revision and document. The revision has a
+// column of its own, so that a write can raise it without decoding the
+// document.
+func scanListing(row Row) (upstream.Listing, error) {
+	var (
+		l        upstream.Listing
+		revision int64
+		doc      []byte
+	)
+	if err := row.Scan(&revision, &doc); err != nil {
+		return upstream.Listing{}, notFound(err)
+	}
+	if err := json.Unmarshal(doc, &l); err != nil {
+		return upstream.Listing{}, fmt.Errorf("decode document: %w", err)
+	}
+	l.Revision = revision
+	l.Normalize()
+	return l, nil
+}
+
+// UpdateListing reads and writes in one transaction, which the engine's
+// RowLock (or its write lock from BEGIN) keeps from interleaving with
+// another update of the listing: of two at once, the second replaces what
+// the first wrote, and each raises the revision.
+func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing) (upstream.Listing, error) {
+	var next upstream.Listing
+	err := inTx(ctx, s.e.DB, func(tx Querier) error {
+		stored, err := scanListing(tx.QueryRow(ctx, s.selectForUpdate, l.ID, l.FirmID))
+		if err != nil {
+			return err
+		}
+		if next, err = stored.Replaced(l, time.Now().UnixMilli()); err != nil {
+			return err
+		}
+		doc, err := json.Marshal(next)
+		if err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		return tx.Exec(ctx, `UPDATE listings SET is_active = $1, revision = $2, document = $3 WHERE id = $4`,
+			next.IsActive, next.Revision, string(doc), next.ID)
+	})
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("update listing %d of firm %d: %w", l.ID, l.FirmID, err)
+	}
+	return next, nil
+}
+
+// DeleteListing is one statement, so that it needs no transaction: of two
+// deletes at once, the second finds the row deleted.
+func (s *Store) DeleteListing(ctx context.Context, firmID, id int64) (upstream.Listing, error) {
+	l, err := scanListing(s.e.DB.QueryRow(ctx,
+		`UPDATE listings SET deleted = TRUE, revision = revision + 1
+		 WHERE id = $1 AND firm_id = $2 AND NOT deleted
+		 RETURNING revision, document`, id, firmID))
+	if err != nil {
+		return upstream.Listing{}, fmt.Errorf("delete listing %d of firm %d: %w", id, firmID, err)
+	}
+	return l, nil
+}
+
+func (s *Store) FirmByKeyDigest(ctx context.Context, digest []byte) (upstream.Firm, error) {
+	var f upstream.Firm
+	err := s.e.Lookups.QueryRow(ctx, `SELECT id, name FROM firms WHERE key_digest = $1`, digest).
+		Scan(&f.ID, &f.Name)
+	if err != nil {
+		return upstream.Firm{}, fmt.Errorf("firm by key digest: %w", notFound(err))
+	}
+	return f, nil
+}
+
+func (s *Store) UserByEmail(ctx context.Context, firmID int64, email string) (upstream.User, error) {
+	var u upstream.User
+	err := s.e.Lookups.QueryRow(ctx,
+		`SELECT id, firm_id, email, password_hash FROM firm_users WHERE firm_id = $1 AND email = $2`,
+		firmID, upstream.NormalizeEmail(email)).
+		Scan(&u.ID, &u.FirmID, &u.Email, &u.PasswordHash)
+	if err != nil {
+		return upstream.User{}, fmt.Errorf("user of firm %d: %w", firmID, notFound(err))
+	}
+	return u, nil
+}
+
+// AddFirm refuses a blank name or an empty digest itself: the schema would
+// store either.
+func (s *Store) AddFirm(ctx context.Context, name string, keyDigest []byte) (upstream.Firm, error) {
+	if strings.TrimSpace(name) == "" || len(keyDigest) == 0 {
+		return upstream.Firm{}, fmt.Errorf("firm needs a name and a key digest: %w", upstream.ErrInvalid)
+	}
+	f := upstream.Firm{Name: name}
+	err := s.e.DB.QueryRow(ctx,
+		`INSERT INTO firms (name, key_digest) VALUES ($1, $2) RETURNING id`, name, keyDigest).
+		Scan(&f.ID)
+	if err != nil {
+		if ce := s.e.ConstraintError(err); ce != nil {
+			return upstream.Firm{}, fmt.Errorf("add firm %q: key digest taken: %w", name, ce)
+		}
+		return upstream.Firm{}, fmt.Errorf("add firm %q: %w", name, err)
+	}
+	return f, nil
+}
+
+// AddUser stores the e-mail normalized, so that the unique key of firm and
+// e-mail holds whatever case or spaces a request gives.
+func (s *Store) AddUser(ctx context.Context, u upstream.User) (upstream.User, error) {
+	u.Email = upstream.NormalizeEmail(u.Email)
+	if u.Email == "" {
+		return upstream.User{}, fmt.Errorf("user of firm %d needs an e-mail: %w", u.FirmID, upstream.ErrInvalid)
+	}
+	err := s.e.DB.QueryRow(ctx,
+		`INSERT INTO firm_users (firm_id, email, password_hash) VALUES ($1, $2, $3) RETURNING id`,
+		u.FirmID, u.Email, u.PasswordHash).
+		Scan(&u.ID)
+	if err != nil {
+		switch ce := s.e.ConstraintError(err); {
+		case errors.Is(ce, upstream.ErrConflict):
+			return upstream.User{}, fmt.Errorf("add user of firm %d: e-mail taken: %w", u.FirmID, ce)
+		case errors.Is(ce, upstream.ErrInvalid):
+			return upstream.User{}, fmt.Errorf("add user: unknown firm %d: %w", u.FirmID, ce)
+		}
+		return upstream.User{}, fmt.Errorf("add user of firm %d: %w", u.FirmID, err)
+	}
+	return u, nil
+}
+
+// ImportListings runs in one transaction, so that a rejected entry leaves
+// none of the file stored, under the engine's ImportLock (or its write lock
+// from BEGIN), so that two imports do not pick the same free id or number.
+func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) ([]upstream.Listing, error) {
+	if len(ls) == 0 {
+		return []upstream.Listing{}, nil
+	}
+	var out []upstream.Listing
+	err := inTx(ctx, s.e.DB, func(tx Querier) (err error) {
+		if s.e.ImportLock != "" {
+			if err := tx.Exec(ctx, s.e.ImportLock); err != nil {
+				return err
+			}
+		}
+		out, err = importListings(ctx, importTx{tx: tx, constraintError: s.e.ConstraintError}, ls, time.Now().UnixMilli())
+		return err
+	})
+	var ie *upstream.ImportError
+	switch {
+	case errors.As(err, &ie):
+		return nil, err // names the entry at fault; commands print it as it is
+	case err != nil:
+		return nil, fmt.Errorf("import: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) Empty(ctx context.Context) (bool, error) {
+	var empty bool
+	if err := s.e.DB.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM firms)`).Scan(&empty); err != nil {
+		return false, fmt.Errorf("empty: %w", err)
+	}
+	return empty, nil
+}
+
+// notFound turns the driver's no-rows error into the domain's, so that it
+// does not leak past the store.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return upstream.ErrNotFound
+	}
+	return err
+}
