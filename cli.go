@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/upstream"
@@ -127,6 +128,17 @@ func importListings(ctx context.Context, cfg config, log *slog.Logger, args []st
 			defer rdb.Close()
 		}
 		listings := newCache(cfg, s, rdb, log)
+		// Subscribed, the import hears the other gateways acknowledge
+		// that they dropped what it replaces.
+		if rdb != nil {
+			runCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			go listings.Run(runCtx)
+			select {
+			case <-listings.Subscribed():
+			case <-time.After(time.Second):
+			}
+		}
 		stored, _, err := listings.Import(ctx, ls)
 		if err != nil {
 			return fmt.Errorf("import: %w", err)

@@ -75,6 +75,9 @@ func loadConfig(environ map[string]string) (config, error) {
 	default:
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
+	if _, set := environ["GATEWAY_LOCAL_CACHE_SIZE"]; set {
+		return cfg, errors.New("GATEWAY_LOCAL_CACHE_SIZE was removed: the local tier is bounded by bytes, GATEWAY_LOCAL_CACHE_BYTES")
+	}
 	if err := env.ParseWithOptions(&cfg, env.Options{Prefix: envPrefix, Environment: environ}); err != nil {
 		return cfg, fmt.Errorf("config environment: %s: %w", strings.Join(unparsable(environ), ", "), err)
 	}
@@ -107,8 +110,12 @@ func (c *config) derive() {
 }
 
 func (c config) validate() error {
-	return errors.Join(c.Server.validate(), c.Store.validate(), c.Breaker.Validate(), c.Redis.validate(),
-		c.Cache.Validate(), c.HTTP.Validate(), c.Purge.Validate())
+	var errs []error
+	if c.Redis.URL == "" && c.Cache.LocalBytes == 0 {
+		errs = append(errs, errors.New("cache.localBytes must be positive without Redis: it is the only cache"))
+	}
+	return errors.Join(append(errs, c.Server.validate(), c.Store.validate(), c.Breaker.Validate(), c.Redis.validate(),
+		c.Cache.Validate(), c.HTTP.Validate(), c.Purge.Validate())...)
 }
 
 // LogValue lists every setting by its YAML path, with secrets masked.

@@ -523,6 +523,9 @@ func TestEndToEndReadsWhileRedisIsStopped(t *testing.T) {
 	coldCache(t, prefix)
 	redisProxy := gatewaytest.NewProxy(t, testenv.RedisAddr(t))
 	e["GATEWAY_REDIS_URL"] = "redis://" + redisProxy.Addr() + "/0"
+	// Without the local tier, so that every read meets the stopped Redis;
+	// the local tier's own outage rules are TestEndToEndLocalTier*'s.
+	e["GATEWAY_LOCAL_CACHE_BYTES"] = "0"
 	p := start(t, e)
 	tok := p.token(t, w.otpLogin())
 	if r := p.view(t, "/realty/1001", tok); r.status != 200 {

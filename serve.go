@@ -48,6 +48,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer backgroundDone.Wait()
 	defer stopBackground()
 	backgroundDone.Go(func() { listings.Repair(background, time.Second) })
+	backgroundDone.Go(func() { listings.Run(background) })
 	var purger gateway.Purger = gateway.NoPurge{}
 	if cfg.Purge.URL != "" {
 		p := cdn.NewPurger(cfg.Purge, log)

@@ -98,8 +98,15 @@ type Config struct {
 	Stale time.Duration `yaml:"stale" env:"CACHE_STALE" help:"how long past fresh it may be served while the store fails"`
 	// Negative is how long "no such listing" is cached.
 	Negative time.Duration `yaml:"negativeTTL" env:"NEGATIVE_TTL" help:"how long \"no such listing\" is cached (Redis only)"`
-	// LocalSize bounds the in-process cache, in keys.
-	LocalSize int `yaml:"localSize" env:"LOCAL_CACHE_SIZE" help:"keys kept in process when there is no Redis"`
+	// LocalBytes bounds the in-process tier: the one in front of Redis,
+	// or the only one without Redis.
+	LocalBytes int64 `yaml:"localBytes" env:"LOCAL_CACHE_BYTES" help:"bytes of listings kept in process; with Redis, 0 turns the local tier off"`
+	// LocalMaxAge bounds how long the tier in front of Redis keeps an
+	// entry: the staleness bound when invalidation fails.
+	LocalMaxAge time.Duration `yaml:"localMaxAge" env:"LOCAL_CACHE_MAX_AGE" help:"longest an entry stays in the local tier in front of Redis"`
+	// InvalidationWait bounds how long a write waits for the other
+	// gateways to drop their local copies.
+	InvalidationWait time.Duration `yaml:"invalidationWait" env:"INVALIDATION_WAIT" help:"a write waits this long at most for other gateways to drop their local copies"`
 
 	// LoadTimeout bounds one shared miss: second look, store call, writes.
 	// The wiring derives it from the store and Redis timeouts.
@@ -111,7 +118,10 @@ type Config struct {
 
 // DefaultConfig keeps listings fresh for 5 minutes and stale for an hour.
 func DefaultConfig() Config {
-	return Config{Fresh: 5 * time.Minute, Stale: time.Hour, Negative: 30 * time.Second, LocalSize: 100_000}
+	return Config{
+		Fresh: 5 * time.Minute, Stale: time.Hour, Negative: 30 * time.Second,
+		LocalBytes: 64 << 20, LocalMaxAge: 2 * time.Second, InvalidationWait: 50 * time.Millisecond,
+	}
 }
 
 // Validate reports every setting out of its range.
@@ -123,8 +133,11 @@ func (c Config) Validate() error {
 	if c.Stale < 0 || c.Negative < 0 {
 		errs = append(errs, errors.New("cache.stale and cache.negativeTTL must not be negative"))
 	}
-	if c.LocalSize <= 0 {
-		errs = append(errs, errors.New("cache.localSize must be positive"))
+	if c.LocalBytes < 0 {
+		errs = append(errs, errors.New("cache.localBytes must not be negative"))
+	}
+	if c.LocalMaxAge <= 0 || c.InvalidationWait <= 0 {
+		errs = append(errs, errors.New("cache.localMaxAge and cache.invalidationWait must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -140,19 +153,31 @@ type Stats struct {
 	// Incoherent counts keys that a write could neither update nor
 	// remove; they may serve the old version until they stop being fresh.
 	Incoherent uint64 `json:"incoherent"`
+	// LocalHits are the hits answered by the local tier in front of Redis.
+	LocalHits uint64 `json:"localHits"`
+	// LocalTierOn is whether that tier serves: it has a live subscription.
+	LocalTierOn bool `json:"localTierOn"`
+	// Announced counts the writes announced to other gateways;
+	// Unacknowledged those not acknowledged by all within the wait.
+	Announced      uint64 `json:"announced"`
+	Unacknowledged uint64 `json:"unacknowledged"`
 }
 
 // Cache is the read-through listing cache.
 type Cache struct {
-	src   Source
-	tier  tier
+	src  Source
+	tier tier
+	// front and inv are the in-process tier in front of Redis and the
+	// invalidations that keep it coherent; nil without them.
+	front *front
+	inv   *invalidator
 	cfg   Config
 	log   *slog.Logger
 	group singleflight.Group
 	now   func() time.Time
 
-	hits, misses, stale, loads, tierErrors, corrupt, incoherent atomic.Uint64
-	tierDown                                                    atomic.Bool
+	hits, misses, stale, loads, tierErrors, corrupt, incoherent, localHits atomic.Uint64
+	tierDown                                                               atomic.Bool
 
 	// dirty are keys that a write could neither update nor remove: they
 	// may hold an old version. They are never served until repaired.
@@ -167,11 +192,16 @@ func newCache(src Source, t tier, cfg Config, log *slog.Logger) *Cache {
 
 // Stats returns the counters so far.
 func (c *Cache) Stats() Stats {
-	return Stats{
+	s := Stats{
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Stale: c.stale.Load(),
 		StoreLoads: c.loads.Load(), TierErrors: c.tierErrors.Load(), Corrupt: c.corrupt.Load(),
-		Incoherent: c.incoherent.Load(),
+		Incoherent: c.incoherent.Load(), LocalHits: c.localHits.Load(),
+		LocalTierOn: c.front != nil && c.front.enabled.Load(),
 	}
+	if c.inv != nil {
+		s.Announced, s.Unacknowledged = c.inv.announced.Load(), c.inv.unacknowledged.Load()
+	}
+	return s
 }
 
 // Get returns the listing under k. It returns upstream.ErrNotFound for a
@@ -179,11 +209,21 @@ func (c *Cache) Stats() Stats {
 // fails and nothing usable is cached. It returns early with ctx's error
 // when ctx ends, while the shared load goes on for the other callers.
 func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
+	var gen uint64
+	if c.front != nil {
+		if e, ok := c.front.get(k, c.now()); ok {
+			c.hits.Add(1)
+			c.localHits.Add(1)
+			return e, nil
+		}
+		gen = c.front.generation()
+	}
 	name := k.name(c.cfg.Prefix)
 	if r, ok := c.lookup(ctx, k, name); ok && c.fresh(r) {
 		e, err := cached(r, name)
 		if err == nil {
 			c.hits.Add(1)
+			c.keep(k, r, gen)
 		}
 		return e, err
 	}
@@ -200,8 +240,8 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		if res.Err != nil {
 			return Entry{}, res.Err
 		}
-		e := res.Val.(Entry)
-		switch e.State {
+		l := res.Val.(loaded)
+		switch l.state {
 		case Hit:
 			c.hits.Add(1)
 		case Stale:
@@ -209,15 +249,34 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		default:
 			c.misses.Add(1)
 		}
-		return e, nil
+		if l.state != Stale {
+			c.keep(k, l.r, gen)
+		}
+		return l.r.entry(l.state), nil
+	}
+}
+
+// loaded is what a shared load found.
+type loaded struct {
+	r     record
+	state State
+}
+
+// keep puts a fresh record into the front tier, if there is one.
+func (c *Cache) keep(k Key, r record, gen uint64) {
+	if c.front != nil {
+		c.front.put(k, r, gen, c.now())
 	}
 }
 
 // load runs once per key at a time.
-func (c *Cache) load(ctx context.Context, k Key, name string) (Entry, error) {
+func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 	prev, found := c.lookup(ctx, k, name)
 	if found && c.fresh(prev) {
-		return cached(prev, name)
+		if _, err := cached(prev, name); err != nil {
+			return loaded{}, err
+		}
+		return loaded{prev, Hit}, nil
 	}
 
 	c.loads.Add(1)
@@ -231,24 +290,57 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (Entry, error) {
 	switch {
 	case errors.Is(err, upstream.ErrNotFound):
 		c.remember(ctx, name, record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}, c.cfg.Negative)
-		return Entry{}, err
+		return loaded{}, err
 	case err != nil:
 		if found && prev.kind != kindAbsent {
 			c.log.Debug("serving stale listing", "key", name, "err", err)
-			return prev.entry(Stale), nil
+			return loaded{prev, Stale}, nil
 		}
-		return Entry{}, err
+		return loaded{}, err
 	}
 
 	r, err := c.recordOf(l)
 	if err != nil {
-		return Entry{}, err
+		return loaded{}, err
 	}
 	for _, name := range c.names(l) {
 		c.remember(ctx, name, r, c.cfg.Fresh+c.cfg.Stale)
 	}
-	return r.entry(Miss), nil
+	return loaded{r, Miss}, nil
 }
+
+// Run keeps the subscription that makes the local tier in front of Redis
+// coherent, until ctx ends. Without Redis it returns at once.
+func (c *Cache) Run(ctx context.Context) {
+	if c.inv != nil {
+		c.inv.run(ctx)
+	}
+}
+
+// Subscribed is closed once this cache receives other gateways'
+// invalidations and their acknowledgements; nil without Redis.
+func (c *Cache) Subscribed() <-chan struct{} {
+	if c.inv == nil {
+		return nil
+	}
+	return c.inv.subscribed
+}
+
+// applyInvalidations drops the announced listings' older versions.
+func (c *Cache) applyInvalidations(items []Invalidation) {
+	for _, it := range items {
+		// Flights that started before the write must not be joined.
+		c.group.Forget(ByID(it.ID).name(c.cfg.Prefix))
+		c.group.Forget(ByNumber(it.FirmID, it.No).name(c.cfg.Prefix))
+	}
+	if c.front != nil {
+		c.front.invalidate(items, c.now(), c.floorFor())
+	}
+}
+
+// floorFor is how long a revision seen invalidated refuses older puts:
+// longer than any read of an older version can be in flight.
+func (c *Cache) floorFor() time.Duration { return 2*c.cfg.LoadTimeout + c.cfg.LocalMaxAge }
 
 // cached answers from a fresh record: the listing, or "absent".
 func cached(r record, name string) (Entry, error) {

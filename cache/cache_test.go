@@ -132,7 +132,7 @@ func listing(id, firm, no int64, active bool) upstream.Listing {
 }
 
 func testConfig(prefix string) Config {
-	return Config{Fresh: time.Minute, Stale: time.Hour, Negative: 30 * time.Second, LocalSize: 100, LoadTimeout: 2 * time.Second, Prefix: prefix}
+	return Config{Fresh: time.Minute, Stale: time.Hour, Negative: 30 * time.Second, LocalBytes: 1 << 20, LocalMaxAge: 2 * time.Second, InvalidationWait: 50 * time.Millisecond, LoadTimeout: 2 * time.Second, Prefix: prefix}
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

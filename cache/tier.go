@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/maypok86/otter/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
@@ -48,10 +48,18 @@ type redisTier struct {
 }
 
 // NewRedis returns a cache whose shared tier is Redis. Each Redis
-// operation is bounded by opTimeout.
+// operation is bounded by opTimeout. With cfg.LocalBytes above zero, an
+// in-process tier stands in front of Redis; Run must then be running for
+// it to serve (see invalidator). Writes announce themselves to the other
+// gateways whether or not this one has a local tier.
 func NewRedis(src Source, rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, log *slog.Logger) *Cache {
 	cb := gobreaker.NewCircuitBreaker[[]byte](breaker.FastFail("redis", log))
-	return newCache(src, &redisTier{rdb: rdb, timeout: opTimeout, cb: cb}, cfg, log)
+	c := newCache(src, &redisTier{rdb: rdb, timeout: opTimeout, cb: cb}, cfg, log)
+	if cfg.LocalBytes > 0 {
+		c.front = newFront(cfg.LocalBytes, cfg.LocalMaxAge)
+	}
+	c.inv = newInvalidator(rdb, cfg.Prefix, cfg.InvalidationWait, opTimeout, c.front, c.applyInvalidations, log)
+	return c
 }
 
 // do runs one Redis operation under the breaker and the operation timeout.
@@ -87,11 +95,12 @@ func (t *redisTier) del(ctx context.Context, name string) error {
 	return err
 }
 
-// localTier is an in-process LRU for a gateway without Redis.
+// localTier is the only tier of a gateway without Redis: records by key,
+// bounded by bytes (S3-FIFO through otter).
 type localTier struct {
-	mu  sync.Mutex // makes the revision check and the write one step
-	lru *lru.Cache[string, localValue]
-	now func() time.Time
+	mu    sync.Mutex // makes the revision check and the write one step
+	cache *otter.Cache[string, localValue]
+	now   func() time.Time
 }
 
 type localValue struct {
@@ -99,22 +108,27 @@ type localValue struct {
 	expires time.Time
 }
 
+// localValueOverhead approximates a value's bytes beyond its record.
+const localValueOverhead = 128
+
 // NewLocal returns a cache kept in this process, holding at most
-// cfg.LocalSize keys.
-// It does not cache absence found by a read: another process (an import)
-// cannot clear this process's memory, and a cached "absent" would hide its
-// new listings. Deletes made here are cached as absent.
+// cfg.LocalBytes of records. It does not cache absence found by a read:
+// another process (an import) cannot clear this process's memory, and a
+// cached "absent" would hide its new listings. Deletes made here are
+// cached as absent.
 func NewLocal(src Source, cfg Config, log *slog.Logger) *Cache {
 	cfg.Negative = 0
-	l, err := lru.New[string, localValue](max(cfg.LocalSize, 1))
-	if err != nil {
-		panic(err) // only for a size below one, excluded above
-	}
-	return newCache(src, &localTier{lru: l, now: time.Now}, cfg, log)
+	c := otter.Must(&otter.Options[string, localValue]{
+		MaximumWeight: uint64(max(cfg.LocalBytes, 1)),
+		Weigher: func(name string, v localValue) uint32 {
+			return uint32(min(len(name)+len(v.b)+localValueOverhead, 1<<31))
+		},
+	})
+	return newCache(src, &localTier{cache: c, now: time.Now}, cfg, log)
 }
 
 func (t *localTier) get(_ context.Context, name string) ([]byte, error) {
-	v, ok := t.lru.Get(name)
+	v, ok := t.cache.GetIfPresent(name)
 	if !ok || !t.now().Before(v.expires) {
 		return nil, nil
 	}
@@ -124,16 +138,16 @@ func (t *localTier) get(_ context.Context, name string) ([]byte, error) {
 func (t *localTier) set(_ context.Context, name string, r record, ttl time.Duration) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if cur, ok := t.lru.Peek(name); ok && t.now().Before(cur.expires) {
+	if cur, ok := t.cache.GetIfPresent(name); ok && t.now().Before(cur.expires) {
 		if old, err := decodeRecord(cur.b); err == nil && old.revision > r.revision {
 			return nil
 		}
 	}
-	t.lru.Add(name, localValue{b: r.encode(), expires: t.now().Add(ttl)})
+	t.cache.Set(name, localValue{b: r.encode(), expires: t.now().Add(ttl)})
 	return nil
 }
 
 func (t *localTier) del(_ context.Context, name string) error {
-	t.lru.Remove(name)
+	t.cache.Invalidate(name)
 	return nil
 }

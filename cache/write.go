@@ -32,11 +32,14 @@ func (c *Cache) Import(ctx context.Context, ls []upstream.Listing) ([]upstream.L
 		return nil, nil, err
 	}
 	entries := make([]Entry, len(stored))
+	items := make([]Invalidation, len(stored))
 	for i, l := range stored {
 		if entries[i], err = c.publish(ctx, l); err != nil {
 			return nil, nil, err
 		}
+		items[i] = invalidationOf(l, l.Revision)
 	}
+	c.announce(ctx, items...)
 	return stored, entries, nil
 }
 
@@ -58,7 +61,11 @@ func (c *Cache) Replace(ctx context.Context, current, next upstream.Listing) (up
 		return upstream.Listing{}, Entry{}, err
 	}
 	e, err := c.publish(ctx, stored)
-	return stored, e, err
+	if err != nil {
+		return upstream.Listing{}, Entry{}, err
+	}
+	c.announce(ctx, invalidationOf(stored, stored.Revision))
+	return stored, e, nil
 }
 
 // Delete deletes the listing current; both keys then hold "absent". Ids
@@ -78,6 +85,8 @@ func (c *Cache) Delete(ctx context.Context, current upstream.Listing) error {
 		c.group.Forget(name)
 		c.replace(ctx, name, tombstone, ttl)
 	}
+	c.applyInvalidations([]Invalidation{invalidationOf(gone, gone.Revision)})
+	c.announce(ctx, invalidationOf(gone, gone.Revision))
 	return nil
 }
 
@@ -92,6 +101,10 @@ func (c *Cache) afterFailedWrite(ctx context.Context, l upstream.Listing, err er
 		c.group.Forget(name)
 		c.forget(ctx, name, math.MaxInt64)
 	}
+	// The store may hold the next revision: nothing older may be kept.
+	unknown := invalidationOf(l, l.Revision+1)
+	c.applyInvalidations([]Invalidation{unknown})
+	c.announce(ctx, unknown)
 }
 
 func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, error) {
@@ -106,7 +119,26 @@ func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, error) 
 		c.group.Forget(name)
 		c.replace(ctx, name, r, c.cfg.Fresh+c.cfg.Stale)
 	}
+	if c.front != nil {
+		gen := c.front.generation()
+		c.applyInvalidations([]Invalidation{invalidationOf(l, l.Revision)})
+		c.keep(ByID(l.ID), r, gen)
+		c.keep(ByNumber(l.FirmID, l.No), r, gen)
+	}
 	return r.entry(Miss), nil
+}
+
+func invalidationOf(l upstream.Listing, revision int64) Invalidation {
+	return Invalidation{ID: l.ID, FirmID: l.FirmID, No: l.No, Revision: revision}
+}
+
+// announce tells the other gateways sharing Redis to drop older versions,
+// and waits for them within the invalidation wait. This gateway has
+// applied the items already.
+func (c *Cache) announce(ctx context.Context, items ...Invalidation) {
+	if c.inv != nil {
+		c.inv.announce(ctx, items)
+	}
 }
 
 // replace writes r under name, or removes the key where the write fails.

@@ -93,8 +93,8 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 	must(store.AddUser(ctx, upstream.User{FirmID: f1.ID, Email: "otp@one.example"}))(t)
 	must(store.AddUser(ctx, upstream.User{FirmID: f2.ID, Email: "pw@two.example", PasswordHash: hash}))(t)
 	if _, err := store.ImportListings(ctx, []upstream.Listing{
-		{FirmID: f1.ID, FirmUserID: u1.ID, Title: "active", IsActive: true, CategoryID: ptr(int64(1)), Location: upstream.Location{CityID: ptr(int64(34))}},
-		{FirmID: f1.ID, FirmUserID: u1.ID, Title: "passive", IsActive: false, CategoryID: ptr(int64(1)), Location: upstream.Location{CityID: ptr(int64(34))}},
+		{FirmID: f1.ID, FirmUserID: u1.ID, Title: "active", IsActive: true, CategoryID: new(int64(1)), Location: upstream.Location{CityID: new(int64(34))}},
+		{FirmID: f1.ID, FirmUserID: u1.ID, Title: "passive", IsActive: false, CategoryID: new(int64(1)), Location: upstream.Location{CityID: new(int64(34))}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 	guarded := upstream.NewGuarded(store,
 		breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: 20, FailureRatio: 0.5, OpenFor: time.Second, Probes: 1},
 		breaker.Limits{CallTimeout: time.Second, MaxConcurrent: 4}, log)
-	listings := cache.NewLocal(guarded, cache.Config{Fresh: time.Minute, LocalSize: 100, LoadTimeout: time.Second}, log)
+	listings := cache.NewLocal(guarded, cache.Config{Fresh: time.Minute, LocalBytes: 1 << 20, LoadTimeout: time.Second}, log)
 	cfg := Config{
 		JWT: JWT{
 			Issuer: testIssuer, Audience: testAudience, Keys: settings.Secret("k1:" + string(testSecret)),
@@ -436,8 +436,6 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatalf("issued kid = %v (err %v), want the first key's", parsed.Header["kid"], err)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // TestRememberedTokenStillExpires: a token that passed once is remembered,
 // but not past its exp.

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -15,7 +14,7 @@ import (
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func redisClient(t *testing.T, addr string) (*redis.Client, string) {
 	t.Helper()

@@ -99,7 +99,7 @@ func testUpdateListing(t *testing.T, open func(t *testing.T) upstream.Store) {
 			name: "zero number keeps the number",
 			give: func(f fixture, stored upstream.Listing) upstream.Listing {
 				l := f.listing(stored.ID, 0)
-				l.Title, l.IsActive, l.Note = "Renamed", true, ptr("new note")
+				l.Title, l.IsActive, l.Note = "Renamed", true, new("new note")
 				return l
 			},
 		},

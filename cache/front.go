@@ -1,0 +1,139 @@
+package cache
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+)
+
+// front is the in-process tier in front of Redis. It holds what a response
+// needs (the body, the ETag, the owner and the active flag), keyed by Key,
+// so a hit allocates nothing, takes no lock and does no parsing. Coherence
+// with writes on other gateways comes from the invalidations they
+// announce (see Invalidator): an entry is dropped before the announcing
+// write returns. Three rules keep an older version out:
+//   - an entry is kept at most maxAge, the bound on staleness when
+//     everything else fails;
+//   - a put is refused when its revision is below one already seen
+//     invalidated for that listing (a floor), so a slow read of the old
+//     version cannot land after the invalidation that replaced it;
+//   - while the tier has no live subscription it is empty and takes
+//     nothing, and a put started before a subscription was lost is refused
+//     (the generation changed), since invalidations may have been missed.
+type front struct {
+	cache  *otter.Cache[Key, *frontEntry]
+	maxAge time.Duration
+
+	enabled atomic.Bool
+	gen     atomic.Uint64 // raised on every enable and disable
+
+	mu     sync.Mutex // makes floor checks and writes one step
+	floors map[int64]floor
+}
+
+type frontEntry struct {
+	entry    Entry
+	revision int64
+	expires  int64 // unix nanoseconds
+}
+
+// floor is the highest revision of a listing seen invalidated, kept while
+// an older read may still be in flight.
+type floor struct {
+	revision int64
+	until    time.Time
+}
+
+// frontEntryOverhead approximates the bytes an entry costs beyond its
+// body and ETag: the entry, the key, the cache node.
+const frontEntryOverhead = 256
+
+// floorsKept bounds the floors map before expired floors are swept.
+const floorsKept = 10_000
+
+func newFront(maxBytes int64, maxAge time.Duration) *front {
+	c := otter.Must(&otter.Options[Key, *frontEntry]{
+		MaximumWeight: uint64(maxBytes),
+		Weigher: func(_ Key, e *frontEntry) uint32 {
+			return uint32(min(len(e.entry.Body)+len(e.entry.ETag)+frontEntryOverhead, 1<<31))
+		},
+	})
+	return &front{cache: c, maxAge: maxAge, floors: map[int64]floor{}}
+}
+
+// get returns a fresh entry for k.
+func (f *front) get(k Key, now time.Time) (Entry, bool) {
+	if !f.enabled.Load() {
+		return Entry{}, false
+	}
+	fe, ok := f.cache.GetIfPresent(k)
+	if !ok || now.UnixNano() >= fe.expires {
+		return Entry{}, false
+	}
+	return fe.entry, true
+}
+
+// generation is taken before a read whose result may be put.
+func (f *front) generation() uint64 { return f.gen.Load() }
+
+// put keeps r under k unless the tier changed generation since gen, or r
+// is older than a revision already invalidated. Only listings are kept:
+// absence is Redis's to cache.
+func (f *front) put(k Key, r record, gen uint64, now time.Time) {
+	if r.kind == kindAbsent || !f.enabled.Load() {
+		return
+	}
+	expires := min(now.Add(f.maxAge).UnixNano(), r.freshUntil*int64(time.Millisecond))
+	if expires <= now.UnixNano() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gen.Load() != gen {
+		return
+	}
+	if fl, ok := f.floors[r.id]; ok && r.revision < fl.revision && now.Before(fl.until) {
+		return
+	}
+	f.cache.Set(k, &frontEntry{entry: r.entry(Hit), revision: r.revision, expires: expires})
+}
+
+// invalidate drops both keys of each listing and raises its floor.
+func (f *front) invalidate(items []Invalidation, now time.Time, floorFor time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, it := range items {
+		if fl, ok := f.floors[it.ID]; !ok || fl.revision < it.Revision || now.After(fl.until) {
+			f.floors[it.ID] = floor{revision: max(fl.revision, it.Revision), until: now.Add(floorFor)}
+		}
+		f.cache.Invalidate(ByID(it.ID))
+		f.cache.Invalidate(ByNumber(it.FirmID, it.No))
+	}
+	if len(f.floors) > floorsKept {
+		for id, fl := range f.floors {
+			if now.After(fl.until) {
+				delete(f.floors, id)
+			}
+		}
+	}
+}
+
+// enable starts serving after a subscription is confirmed.
+func (f *front) enable() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gen.Add(1)
+	f.enabled.Store(true)
+}
+
+// disable empties the tier and stops it taking entries: invalidations may
+// be missed until the subscription is back.
+func (f *front) disable() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.enabled.Store(false)
+	f.gen.Add(1)
+	f.cache.InvalidateAll()
+}

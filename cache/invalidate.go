@@ -1,0 +1,235 @@
+package cache
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Invalidation names a listing version that replaced every older one.
+type Invalidation struct {
+	ID, FirmID, No int64
+	Revision       int64
+}
+
+// invalidator announces writes to every gateway sharing the Redis, and
+// applies theirs to this gateway's front tier. Each gateway subscribes to
+// one events channel and its own acks channel. A write publishes its
+// listings' keys and revisions on the events channel, learns from PUBLISH
+// how many gateways received it, and waits, at most wait, for as many
+// acknowledgements: each gateway acknowledges after it has dropped the
+// entries. A gateway whose subscription fails or falls silent empties its
+// front tier at once and serves from Redis until it has subscribed again.
+type invalidator struct {
+	rdb     redis.UniversalClient
+	events  string
+	acks    string
+	id      string
+	seq     atomic.Uint64
+	wait    time.Duration
+	timeout time.Duration // one Redis operation
+	apply   func([]Invalidation)
+	front   *front // nil: this gateway keeps no front tier
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	waiting map[string]chan struct{}
+
+	subscribed     chan struct{} // closed at the first confirmed subscription
+	subscribedOnce sync.Once
+
+	announced, unacknowledged atomic.Uint64
+}
+
+// healthEvery is how often a quiet subscription is pinged; one that stays
+// silent for two of these is taken as lost.
+const healthEvery = 500 * time.Millisecond
+
+func newInvalidator(rdb redis.UniversalClient, prefix string, wait, timeout time.Duration, f *front, apply func([]Invalidation), log *slog.Logger) *invalidator {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand does not fail
+	id := hex.EncodeToString(b)
+	return &invalidator{
+		rdb: rdb, events: prefix + "realty:invalidate", acks: prefix + "realty:ack:" + id, id: id,
+		wait: wait, timeout: timeout, apply: apply, front: f, log: log,
+		waiting: map[string]chan struct{}{}, subscribed: make(chan struct{}),
+	}
+}
+
+// run keeps the subscription until ctx ends.
+func (inv *invalidator) run(ctx context.Context) {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		ps := inv.rdb.Subscribe(ctx, inv.events, inv.acks)
+		err := inv.listen(ctx, ps)
+		_ = ps.Close()
+		if inv.front != nil {
+			inv.front.disable()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		inv.log.Warn("invalidation subscription lost; the local tier is off until it is back", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// listen handles messages until the subscription fails or falls silent.
+func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) error {
+	heard := time.Now()
+	for ctx.Err() == nil {
+		// go-redis does not end a blocked read when ctx ends, so reads
+		// are short and ctx is checked between them.
+		msg, err := ps.ReceiveTimeout(ctx, healthEvery)
+		if err != nil {
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				return err
+			}
+			if time.Since(heard) > 2*healthEvery {
+				return errors.New("subscription silent")
+			}
+			if err := ps.Ping(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		heard = time.Now()
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && m.Count == 2 {
+				if inv.front != nil {
+					inv.front.enable()
+				}
+				inv.subscribedOnce.Do(func() { close(inv.subscribed) })
+			}
+		case *redis.Message:
+			if m.Channel == inv.acks {
+				inv.acknowledged(m.Payload)
+				continue
+			}
+			inv.handle(ctx, m.Payload)
+		}
+	}
+	return ctx.Err()
+}
+
+// handle applies another gateway's (or this one's own) announcement and
+// acknowledges it.
+func (inv *invalidator) handle(ctx context.Context, payload string) {
+	msgID, ackTo, items, err := decodeAnnouncement(payload)
+	if err != nil {
+		inv.log.Warn("invalidation unreadable, local tier emptied", "err", err)
+		if inv.front != nil {
+			inv.front.disable()
+			inv.front.enable()
+		}
+		return
+	}
+	if !strings.HasPrefix(msgID, inv.id+"-") {
+		inv.apply(items) // this gateway's own writes applied theirs already
+	}
+	ctx, cancel := context.WithTimeout(ctx, inv.timeout)
+	defer cancel()
+	if err := inv.rdb.Publish(ctx, ackTo, msgID).Err(); err != nil {
+		inv.log.Debug("invalidation acknowledgement lost", "err", err)
+	}
+}
+
+func (inv *invalidator) acknowledged(msgID string) {
+	inv.mu.Lock()
+	ch := inv.waiting[msgID]
+	inv.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// announce publishes items and waits, at most inv.wait, until every
+// gateway that received them has acknowledged. A failed publish is logged:
+// a gateway that cannot be reached through Redis has lost its
+// subscription and emptied its tier.
+func (inv *invalidator) announce(ctx context.Context, items []Invalidation) {
+	if len(items) == 0 {
+		return
+	}
+	msgID := inv.id + "-" + strconv.FormatUint(inv.seq.Add(1), 36)
+	acks := make(chan struct{}, 64)
+	inv.mu.Lock()
+	inv.waiting[msgID] = acks
+	inv.mu.Unlock()
+	defer func() {
+		inv.mu.Lock()
+		delete(inv.waiting, msgID)
+		inv.mu.Unlock()
+	}()
+
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inv.timeout)
+	receivers, err := inv.rdb.Publish(pctx, inv.events, encodeAnnouncement(msgID, inv.acks, items)).Result()
+	cancel()
+	inv.announced.Add(1)
+	if err != nil {
+		inv.log.Warn("invalidation not announced", "err", err)
+		return
+	}
+	timer := time.NewTimer(inv.wait)
+	defer timer.Stop()
+	for got := int64(0); got < receivers; got++ {
+		select {
+		case <-acks:
+		case <-timer.C:
+			inv.unacknowledged.Add(1)
+			inv.log.Warn("invalidation not acknowledged in time", "receivers", receivers, "acknowledged", got, "wait", inv.wait.String())
+			return
+		}
+	}
+}
+
+// encodeAnnouncement writes "v1 <msgID> <ackChannel> <id>:<firm>:<no>:<rev> …".
+func encodeAnnouncement(msgID, ackTo string, items []Invalidation) string {
+	var b strings.Builder
+	b.WriteString("v1 " + msgID + " " + ackTo)
+	for _, it := range items {
+		fmt.Fprintf(&b, " %d:%d:%d:%d", it.ID, it.FirmID, it.No, it.Revision)
+	}
+	return b.String()
+}
+
+func decodeAnnouncement(s string) (msgID, ackTo string, items []Invalidation, err error) {
+	fields := strings.Fields(s)
+	if len(fields) < 4 || fields[0] != "v1" {
+		return "", "", nil, fmt.Errorf("announcement %.40q", s)
+	}
+	for _, f := range fields[3:] {
+		parts := strings.Split(f, ":")
+		if len(parts) != 4 {
+			return "", "", nil, fmt.Errorf("announcement item %.40q", f)
+		}
+		var n [4]int64
+		for i, p := range parts {
+			if n[i], err = strconv.ParseInt(p, 10, 64); err != nil {
+				return "", "", nil, fmt.Errorf("announcement item %.40q", f)
+			}
+		}
+		items = append(items, Invalidation{ID: n[0], FirmID: n[1], No: n[2], Revision: n[3]})
+	}
+	return fields[1], fields[2], items, nil
+}

@@ -1,0 +1,204 @@
+package main
+
+// End-to-end tests of the local tier in front of Redis: several gateway
+// processes share Redis and PostgreSQL; every write must be invisible on
+// no replica once it has returned, whatever each replica held locally.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/realty-gateway/gateway/internal/gatewaytest"
+	"github.com/realty-gateway/gateway/internal/testenv"
+)
+
+// replicas starts n gateways on one Redis and database, waits until each
+// has its local tier on, and returns them with a writer's and a reader's
+// token and the two paths of listing 1001.
+func replicas(t *testing.T, n int) (ps []*process, w world, writeTok, readTok string, paths []string) {
+	t.Helper()
+	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	w = newWorld(t, e)
+	for range n {
+		ps = append(ps, start(t, maps.Clone(e)))
+	}
+	for _, p := range ps {
+		testenv.WaitFor(t, func() bool {
+			s, err := p.ReadStats()
+			return err == nil && s.Cache.LocalTierOn
+		})
+	}
+	return ps, w, ps[0].token(t, w.passwordLogin()), ps[0].token(t, w.otpLogin()),
+		[]string{"/realty/1001", fmt.Sprintf("/realty/%d-7", w.firm)}
+}
+
+func titleOf(t *testing.T, r response) string {
+	t.Helper()
+	var l struct{ Title string }
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &l) != nil {
+		t.Fatalf("view: %d %s", r.status, r.body)
+	}
+	return l.Title
+}
+
+func put(t *testing.T, p *process, path, tok string, version int) time.Duration {
+	t.Helper()
+	began := time.Now()
+	r := p.request(t, http.MethodPut, path, map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json"},
+		fmt.Sprintf(`{"title":"v%d","categoryId":2,"location":{"cityId":34}}`, version))
+	if r.status != http.StatusOK {
+		t.Fatalf("PUT v%d: %d %s", version, r.status, r.body)
+	}
+	return time.Since(began)
+}
+
+// TestEndToEndLocalTierWriteThenRead: the reader holds the current version
+// of both forms in its local tier; a write on the other replica returns;
+// the reader's very next read of either form is the new version. 200 times.
+func TestEndToEndLocalTierWriteThenRead(t *testing.T) {
+	ps, _, writeTok, readTok, paths := replicas(t, 2)
+	writer, reader := ps[0], ps[1]
+	before, err := reader.ReadStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := 1; v <= 200; v++ {
+		for _, path := range paths { // twice: the second read is local
+			reader.view(t, path, readTok)
+			reader.view(t, path, readTok)
+		}
+		put(t, writer, paths[v%2], writeTok, v)
+		for _, path := range paths {
+			if got, want := titleOf(t, reader.view(t, path, readTok)), fmt.Sprintf("v%d", v); got != want {
+				t.Fatalf("read %s right after the write of %s returned %q", path, want, got)
+			}
+		}
+	}
+	after, err := reader.ReadStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if local := after.Cache.LocalHits - before.Cache.LocalHits; local < 200 {
+		t.Fatalf("only %d reads were answered by the reader's local tier: the test did not exercise it", local)
+	}
+	if after.Cache.Unacknowledged > 0 {
+		t.Logf("NOTE: %d invalidations were not acknowledged within the wait", after.Cache.Unacknowledged)
+	}
+}
+
+// TestEndToEndLocalTierSubscriptionLoss kills every pub/sub connection; a
+// replica that lost its subscription must empty its tier at once, so a
+// write 200 ms later is seen by its next read, and the tier comes back.
+func TestEndToEndLocalTierSubscriptionLoss(t *testing.T) {
+	ps, _, writeTok, readTok, paths := replicas(t, 2)
+	writer, reader := ps[0], ps[1]
+	for _, path := range paths {
+		reader.view(t, path, readTok)
+		reader.view(t, path, readTok)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer rdb.Close()
+	if err := rdb.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	put(t, writer, paths[0], writeTok, 1)
+	for _, path := range paths {
+		if got := titleOf(t, reader.view(t, path, readTok)); got != "v1" {
+			t.Fatalf("read %s after the subscription was lost and a write returned: %q, want v1", path, got)
+		}
+	}
+	if !strings.Contains(reader.Logs(), "invalidation subscription lost") {
+		t.Fatalf("the reader did not notice the lost subscription:\n%s", reader.Logs())
+	}
+	testenv.WaitFor(t, func() bool { // the tier comes back on its own
+		s, err := reader.ReadStats()
+		return err == nil && s.Cache.LocalTierOn
+	})
+	put(t, writer, paths[1], writeTok, 2)
+	if got := titleOf(t, reader.view(t, paths[0], readTok)); got != "v2" {
+		t.Fatalf("after resubscribing: %q, want v2", got)
+	}
+}
+
+// TestEndToEndInvalidationLatency measures what waiting for the other
+// replicas' acknowledgements adds to a write, with 1, 2 and 4 replicas,
+// and checks every replica's next read after each write.
+func TestEndToEndInvalidationLatency(t *testing.T) {
+	for _, n := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("%d replicas", n), func(t *testing.T) {
+			ps, _, writeTok, readTok, paths := replicas(t, n)
+			var took []time.Duration
+			for v := 1; v <= 60; v++ {
+				for _, p := range ps {
+					p.view(t, paths[0], readTok)
+					p.view(t, paths[0], readTok)
+				}
+				took = append(took, put(t, ps[0], paths[0], writeTok, v))
+				for i, p := range ps {
+					if got, want := titleOf(t, p.view(t, paths[0], readTok)), fmt.Sprintf("v%d", v); got != want {
+						t.Fatalf("replica %d read %q right after the write of %s", i, got, want)
+					}
+				}
+			}
+			slices.Sort(took)
+			t.Logf("PUT latency with %d replicas: p50 %v, p99 %v (60 writes)", n,
+				took[len(took)/2].Round(10*time.Microsecond), took[len(took)*99/100].Round(10*time.Microsecond))
+		})
+	}
+}
+
+// TestEndToEndLocalTierRedisUnreachable cuts one replica off Redis: it
+// must empty its local tier, so its reads go to the store and show a write
+// made meanwhile on the other replica; the tier comes back with Redis.
+func TestEndToEndLocalTierRedisUnreachable(t *testing.T) {
+	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	proxy := gatewaytest.NewProxy(t, testenv.RedisAddr(t))
+	cut := maps.Clone(e)
+	cut["GATEWAY_REDIS_URL"] = "redis://" + proxy.Addr() + "/0"
+	writer, reader := start(t, maps.Clone(e)), start(t, cut)
+	tierOn := func(p *process, want bool) func() bool {
+		return func() bool {
+			s, err := p.ReadStats()
+			return err == nil && s.Cache.LocalTierOn == want
+		}
+	}
+	testenv.WaitFor(t, tierOn(reader, true))
+	writeTok, readTok := writer.token(t, w.passwordLogin()), writer.token(t, w.otpLogin())
+	path := "/realty/1001"
+	reader.view(t, path, readTok)
+	s0, err := reader.ReadStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader.view(t, path, readTok)
+	if s1, err := reader.ReadStats(); err != nil || s1.Cache.LocalHits == s0.Cache.LocalHits {
+		t.Fatalf("the reader's second read was not a local hit (%v)", err)
+	}
+
+	proxy.Stop()
+	testenv.WaitFor(t, tierOn(reader, false))
+	put(t, writer, path, writeTok, 1)
+	if got := titleOf(t, reader.view(t, path, readTok)); got != "v1" {
+		t.Fatalf("read on the replica cut off Redis after a write returned: %q, want v1", got)
+	}
+	if err := proxy.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, tierOn(reader, true))
+	// Back on, the tier must not serve what it held before the cut: the
+	// write's invalidation never reached it.
+	if got := titleOf(t, reader.view(t, path, readTok)); got != "v1" {
+		t.Fatalf("read after the tier came back: %q, want v1", got)
+	}
+}
