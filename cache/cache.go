@@ -204,6 +204,30 @@ func (c *Cache) Stats() Stats {
 	return s
 }
 
+// Cached answers from this process's memory alone: the local tier in
+// front of Redis, or the in-process tier without Redis. It does no I/O, so
+// a caller can answer a hot listing before it sets up anything for a miss.
+func (c *Cache) Cached(k Key, now time.Time) (Entry, bool) {
+	if c.front != nil {
+		e, ok := c.front.get(k, now)
+		if ok {
+			c.hits.Add(1)
+			c.localHits.Add(1)
+		}
+		return e, ok
+	}
+	lt, ok := c.tier.(*localTier)
+	if !ok {
+		return Entry{}, false
+	}
+	r, ok := lt.record(k.name(c.cfg.Prefix), now)
+	if !ok || r.kind == kindAbsent || !r.belongsTo(k) || now.UnixMilli() >= r.freshUntil {
+		return Entry{}, false
+	}
+	c.hits.Add(1)
+	return r.entry(Hit), true
+}
+
 // Get returns the listing under k. It returns upstream.ErrNotFound for a
 // listing that does not exist and upstream.ErrUnavailable when the store
 // fails and nothing usable is cached. It returns early with ctx's error

@@ -103,7 +103,10 @@ type localTier struct {
 	now   func() time.Time
 }
 
+// localValue keeps a record both parsed, for hits, and encoded, for the
+// tier interface.
 type localValue struct {
+	r       record
 	b       []byte
 	expires time.Time
 }
@@ -135,15 +138,27 @@ func (t *localTier) get(_ context.Context, name string) ([]byte, error) {
 	return v.b, nil
 }
 
+// record returns the parsed record under name, without parsing.
+func (t *localTier) record(name string, now time.Time) (record, bool) {
+	v, ok := t.cache.GetIfPresent(name)
+	if !ok || !now.Before(v.expires) {
+		return record{}, false
+	}
+	return v.r, true
+}
+
 func (t *localTier) set(_ context.Context, name string, r record, ttl time.Duration) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if cur, ok := t.cache.GetIfPresent(name); ok && t.now().Before(cur.expires) {
-		if old, err := decodeRecord(cur.b); err == nil && old.revision > r.revision {
-			return nil
-		}
+	if cur, ok := t.cache.GetIfPresent(name); ok && t.now().Before(cur.expires) && cur.r.revision > r.revision {
+		return nil
 	}
-	t.cache.Set(name, localValue{b: r.encode(), expires: t.now().Add(ttl)})
+	b := r.encode()
+	parsed, err := decodeRecord(b) // its slices point into b: one copy kept
+	if err != nil {
+		return err
+	}
+	t.cache.Set(name, localValue{r: parsed, b: b, expires: t.now().Add(ttl)})
 	return nil
 }
 

@@ -24,19 +24,21 @@ var errPanicked = errors.New("handler panicked")
 
 // frame runs first on every request. It names the request (a well-formed
 // incoming X-Request-ID, or a fresh one), echoes the name on the answer,
-// gives the request a context that ends with RequestTimeout, and turns a
-// panic below it into a 500 problem, one error log line with the stack,
-// and a count in Panics.
+// ends the request's context (see requestContext), and turns a panic below
+// it into a 500 problem, one error log line with the stack, and a count in
+// Panics.
 func (s *Server) frame(c *fiber.Ctx) (err error) {
 	if id := c.Request().Header.Peek(headerRequestID); validRequestID(id) {
-		c.Response().Header.SetBytesV(headerRequestID, id)
+		c.Response().Header.SetCanonical([]byte("X-Request-Id"), id)
 	} else {
 		var buf [48]byte
-		c.Response().Header.SetBytesV(headerRequestID, s.newRequestID(buf[:0]))
+		c.Response().Header.SetCanonical([]byte("X-Request-Id"), s.newRequestID(buf[:0]))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
-	defer cancel()
-	c.SetUserContext(ctx)
+	defer func() {
+		if cancel, ok := c.Locals(cancelKey{}).(context.CancelFunc); ok {
+			cancel()
+		}
+	}()
 	defer func() {
 		if r := recover(); r != nil {
 			s.panics.Add(1)
@@ -46,6 +48,24 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 		}
 	}()
 	return c.Next()
+}
+
+type (
+	deadlineKey struct{}
+	cancelKey   struct{}
+)
+
+// requestContext is the request's context, which ends with RequestTimeout.
+// It is made on first use, so that a request answered from memory pays for
+// no timer; frame ends it.
+func (s *Server) requestContext(c *fiber.Ctx) context.Context {
+	if ctx, ok := c.Locals(deadlineKey{}).(context.Context); ok {
+		return ctx
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	c.Locals(deadlineKey{}, ctx)
+	c.Locals(cancelKey{}, cancel)
+	return ctx
 }
 
 // Panics is how many handler panics frame has turned into 500s.

@@ -12,6 +12,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -19,8 +20,8 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/maypok86/otter/v2"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/semaphore"
 
@@ -32,6 +33,7 @@ import (
 // Listings reads listings from cache or store, and writes them through to
 // the store and both cache keys.
 type Listings interface {
+	Cached(k cache.Key, now time.Time) (cache.Entry, bool)
 	Get(ctx context.Context, k cache.Key) (cache.Entry, error)
 	Resolve(ctx context.Context, k cache.Key) (upstream.Listing, error)
 	Create(ctx context.Context, l upstream.Listing) (upstream.Listing, cache.Entry, error)
@@ -62,20 +64,21 @@ type Accounts interface {
 
 // Server holds the gateway's dependencies.
 type Server struct {
-	cfg      Config
-	keys     []SigningKey
-	limits   loginLimits
-	proxies  []netip.Prefix
-	listings Listings
-	accounts Accounts
-	purger   Purger
-	limiter  RateLimiter
-	verified *lru.Cache[[sha256.Size]byte, verifiedToken]
+	cfg       Config
+	keys      []SigningKey
+	limits    loginLimits
+	proxies   []netip.Prefix
+	listings  Listings
+	accounts  Accounts
+	purger    Purger
+	limiter   RateLimiter
+	verified  *otter.Cache[uint64, *verifiedToken]
+	tokenSeed maphash.Seed
 	// knownKeys holds digests of API keys that resolved to a firm lately.
 	knownKeys    *expirable.LRU[[sha256.Size]byte, struct{}]
 	pseudonymKey []byte
 	// privateCacheControl and publicCacheControl are built once by New.
-	privateCacheControl string
+	privateCacheControl []byte
 	publicCacheControl  string
 	log                 *slog.Logger
 	hashing             *semaphore.Weighted
@@ -114,7 +117,7 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 	}
 	private, public := cacheControls(cfg)
 	return &Server{
-		privateCacheControl: private,
+		privateCacheControl: []byte(private),
 		publicCacheControl:  public,
 		cfg:                 cfg,
 		keys:                keys,
@@ -125,6 +128,7 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 		purger:              purger,
 		limiter:             limiter,
 		verified:            newVerifiedTokens(),
+		tokenSeed:           maphash.MakeSeed(),
 		knownKeys:           expirable.NewLRU[[sha256.Size]byte, struct{}](knownKeys, nil, cfg.Login.LimitPeriod),
 		pseudonymKey:        pseudonymKey(keys),
 		log:                 log,

@@ -90,7 +90,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.UserContext()
+	ctx := s.requestContext(c)
 	if wait := s.limiter.Take(ctx, "login:ip:"+s.clientNetwork(c), s.limits.ip); wait > 0 {
 		return tooManyLogins(wait)
 	}

@@ -47,20 +47,29 @@ func (s *Server) view(c *fiber.Ctx) error {
 	if !ok {
 		return errBadPath
 	}
-	e, err := s.listings.Get(c.UserContext(), key)
-	if err != nil {
-		return err
+	now := requestTime(c)
+	e, ok := s.listings.Cached(key, now)
+	if !ok {
+		var err error
+		if e, err = s.listings.Get(s.requestContext(c), key); err != nil {
+			return err
+		}
 	}
 	if !e.Active && e.FirmID != principalOf(c).FirmID {
 		return upstream.ErrNotFound
 	}
 	s.cacheHeaders(c, e)
-	c.Set("X-Cache", e.State.String())
-	c.Set("Cache-Status", cacheStatus(e, time.Now()))
+	// Header names here are in fasthttp's normalized form already
+	// ("Etag", "X-Request-Id"): SetCanonical skips normalizing them, which
+	// costs more than the rest of a hit.
+	h := &c.Response().Header
+	h.SetCanonical([]byte("X-Cache"), []byte(e.State.String()))
+	var buf [64]byte
+	h.SetCanonical([]byte("Cache-Status"), appendCacheStatus(buf[:0], e, now))
 	if etagMatches(c.Request().Header.Peek(fiber.HeaderIfNoneMatch), e.ETag) {
 		return c.SendStatus(fiber.StatusNotModified)
 	}
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	h.SetContentType(fiber.MIMEApplicationJSON)
 	return c.Send(e.Body)
 }
 
@@ -70,7 +79,8 @@ func (s *Server) view(c *fiber.Ctx) error {
 // public). In CDN mode active listings are public and tagged for purging;
 // passive listings never are.
 func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry) {
-	c.Set(fiber.HeaderETag, string(e.ETag))
+	h := &c.Response().Header
+	h.SetCanonical([]byte("Etag"), e.ETag)
 	if s.cfg.CDN.Enabled && e.Active {
 		c.Set(fiber.HeaderCacheControl, s.publicCacheControl)
 		keys := surrogateKeys(e.ID, e.FirmID)
@@ -78,8 +88,8 @@ func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry) {
 		c.Set("Cache-Tag", strings.Join(keys, ","))
 		return
 	}
-	c.Set(fiber.HeaderCacheControl, s.privateCacheControl)
-	c.Set(fiber.HeaderVary, fiber.HeaderAuthorization)
+	h.SetCanonical([]byte(fiber.HeaderCacheControl), s.privateCacheControl)
+	h.SetCanonical([]byte(fiber.HeaderVary), []byte(fiber.HeaderAuthorization))
 }
 
 // cacheControls returns the two Cache-Control values of listing responses,
@@ -104,16 +114,18 @@ func surrogateKeys(id, firmID int64) []string {
 
 func listingKey(id int64) string { return "realty-" + strconv.FormatInt(id, 10) }
 
-// cacheStatus is the RFC 9211 Cache-Status of a listing response.
-func cacheStatus(e cache.Entry, now time.Time) string {
-	const name = "realty-gateway"
+// appendCacheStatus appends the RFC 9211 Cache-Status of a listing
+// response.
+func appendCacheStatus(b []byte, e cache.Entry, now time.Time) []byte {
+	b = append(b, "realty-gateway; "...)
 	switch e.State {
 	case cache.Hit:
-		return name + "; hit; ttl=" + strconv.FormatInt((e.FreshUntil-now.UnixMilli())/1000, 10)
+		return strconv.AppendInt(append(b, "hit; ttl="...), (e.FreshUntil-now.UnixMilli())/1000, 10)
 	case cache.Stale:
-		return name + "; hit; ttl=" + strconv.FormatInt(min(-1, (e.FreshUntil-now.UnixMilli())/1000), 10) + `; detail="stale-if-error"`
+		b = strconv.AppendInt(append(b, "hit; ttl="...), min(-1, (e.FreshUntil-now.UnixMilli())/1000), 10)
+		return append(b, `; detail="stale-if-error"`...)
 	default:
-		return name + "; fwd=miss"
+		return append(b, "fwd=miss"...)
 	}
 }
 
@@ -151,7 +163,7 @@ func (s *Server) create(c *fiber.Ctx) error {
 	}
 	p := principalOf(c)
 	l.FirmID, l.FirmUserID = p.FirmID, p.FirmUserID
-	stored, e, err := s.listings.Create(c.UserContext(), l)
+	stored, e, err := s.listings.Create(s.requestContext(c), l)
 	if err != nil {
 		return err
 	}
@@ -172,7 +184,7 @@ func (s *Server) owned(c *fiber.Ctx) (upstream.Listing, error) {
 	if key.ID == 0 && key.FirmID != firmID {
 		return upstream.Listing{}, upstream.ErrNotFound
 	}
-	current, err := s.listings.Resolve(c.UserContext(), key)
+	current, err := s.listings.Resolve(s.requestContext(c), key)
 	if err != nil {
 		return upstream.Listing{}, err
 	}
@@ -191,7 +203,7 @@ func (s *Server) replace(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	stored, e, err := s.listings.Replace(c.UserContext(), current, next)
+	stored, e, err := s.listings.Replace(s.requestContext(c), current, next)
 	if err != nil {
 		return err
 	}
@@ -204,7 +216,7 @@ func (s *Server) remove(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if err := s.listings.Delete(c.UserContext(), current); err != nil {
+	if err := s.listings.Delete(s.requestContext(c), current); err != nil {
 		return err
 	}
 	s.purger.Purge(listingKey(current.ID))
@@ -213,7 +225,7 @@ func (s *Server) remove(c *fiber.Ctx) error {
 
 // sendWritten answers a write with the stored listing.
 func (s *Server) sendWritten(c *fiber.Ctx, e cache.Entry) error {
-	c.Set(fiber.HeaderETag, string(e.ETag))
+	c.Response().Header.SetBytesV(fiber.HeaderETag, e.ETag)
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Send(e.Body)
