@@ -3,9 +3,9 @@ package gateway
 import (
 	"bytes"
 	"crypto/rand"
-	"hash/maphash"
 	"encoding/hex"
 	"errors"
+	"hash/maphash"
 	"math"
 	"slices"
 	"strconv"
