@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -313,7 +314,7 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 	}
 	switch {
 	case errors.Is(err, upstream.ErrNotFound):
-		c.remember(ctx, name, record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}, c.cfg.Negative)
+		c.remember(ctx, record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}, c.cfg.Negative, name)
 		return loaded{}, err
 	case err != nil:
 		if found && prev.kind != kindAbsent {
@@ -327,9 +328,8 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 	if err != nil {
 		return loaded{}, err
 	}
-	for _, name := range c.names(l) {
-		c.remember(ctx, name, r, c.cfg.Fresh+c.cfg.Stale)
-	}
+	names := c.names(l)
+	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, names[:]...)
 	return loaded{r, Miss}, nil
 }
 
@@ -436,17 +436,29 @@ func (c *Cache) lookup(ctx context.Context, k Key, name string) (record, bool) {
 }
 
 // remember writes a record; a failed write only costs a later miss.
-func (c *Cache) remember(ctx context.Context, name string, r record, ttl time.Duration) {
+// remember writes r under names, in one round trip where the tier can; a
+// failed write only costs a later miss.
+func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, names ...string) {
 	if ttl <= 0 {
 		return
 	}
-	if rev, dirty := c.dirtyRevision(name); dirty && r.revision < rev {
-		return // older than a write that could not be published
+	names = slices.DeleteFunc(names, func(name string) bool {
+		rev, dirty := c.dirtyRevision(name)
+		return dirty && r.revision < rev // older than a write that could not be published
+	})
+	errs := make([]error, len(names))
+	if mt, ok := c.tier.(multiSetter); ok && len(names) > 1 {
+		errs = mt.setEach(ctx, names, r, ttl)
+	} else {
+		for i, name := range names {
+			errs[i] = c.tier.set(ctx, name, r, ttl)
+		}
 	}
-	err := c.tier.set(ctx, name, r, ttl)
-	c.observe(err)
-	if err == nil {
-		c.clean(name) // it now holds what the store has
+	for i, err := range errs {
+		c.observe(err)
+		if err == nil {
+			c.clean(names[i]) // it now holds what the store has
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -360,8 +361,8 @@ func TestGuardKeepsNewerRevision(t *testing.T) {
 			older := newer
 			older.revision, older.body = 4, []byte(`{"v":4}`)
 			name := ByID(1).name(c.cfg.Prefix)
-			c.remember(ctx, name, newer, time.Hour)
-			c.remember(ctx, name, older, time.Hour)
+			c.remember(ctx, newer, time.Hour, name)
+			c.remember(ctx, older, time.Hour, name)
 			r, ok := c.lookup(ctx, ByID(1), name)
 			if !ok || r.revision != 5 || string(r.body) != `{"v":5}` {
 				t.Fatalf("got revision %d body %s; an older fill overwrote a newer value", r.revision, r.body)
@@ -441,5 +442,78 @@ func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
 	e, err := c.Get(ctx, ByID(3))
 	if err != nil || e.State != Miss {
 		t.Fatalf("state %v, err %v; want MISS from the store within the deadline", e.State, err)
+	}
+}
+
+// roundTrips counts what a client sends: single commands by name, and
+// pipelines with their commands.
+type roundTrips struct {
+	mu        sync.Mutex
+	commands  []string
+	pipelines [][]string
+}
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.mu.Lock()
+		r.commands = append(r.commands, cmd.Name())
+		r.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var names []string
+		for _, c := range cmds {
+			names = append(names, c.Name())
+		}
+		r.mu.Lock()
+		r.pipelines = append(r.pipelines, names)
+		r.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// TestMissWritesBothKeysInOnePipeline: a Redis miss sends the two guarded
+// sets together, and a later read is one GET.
+func TestMissWritesBothKeysInOnePipeline(t *testing.T) {
+	rdb, prefix := redisFor(t)
+	trips := &roundTrips{}
+	rdb.AddHook(trips)
+	cfg := testConfig(prefix)
+	cfg.LocalBytes = 0
+	c := NewRedis(newSource(listing(42, 7, 3, true)), rdb, time.Second, cfg, quietLog())
+	ctx := context.Background()
+	if _, err := c.Get(ctx, ByID(42)); err != nil {
+		t.Fatal(err)
+	}
+	var sets [][]string // connection set-up runs as pipelines of CLIENT too
+	for _, p := range trips.pipelines {
+		if !slices.Contains(p, "client") {
+			sets = append(sets, p)
+		}
+	}
+	if len(sets) != 1 || !slices.Equal(sets[0], []string{"evalsha", "evalsha"}) {
+		t.Fatalf("pipelines %v, want one with the two guarded sets", trips.pipelines)
+	}
+	for _, name := range trips.commands {
+		if name != "get" && name != "hello" && name != "client" { // set-up of new connections
+			t.Fatalf("commands %v on a miss: want GETs only besides the pipeline", trips.commands)
+		}
+	}
+	for _, key := range []string{prefix + "realty:id:42", prefix + "realty:listing:7-3"} {
+		if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 1 {
+			t.Fatalf("key %s not written: %v", key, err)
+		}
+	}
+	trips.commands = nil
+	if e, err := c.Get(ctx, ByNumber(7, 3)); err != nil || e.State != Hit {
+		t.Fatalf("second read: %v %v", e.State, err)
+	}
+	if trips.commands = slices.DeleteFunc(trips.commands, func(n string) bool { return n == "hello" || n == "client" }); len(trips.commands) != 1 {
+		t.Fatalf("a hit sent %v, want one GET", trips.commands)
 	}
 }

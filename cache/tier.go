@@ -88,6 +88,50 @@ func (t *redisTier) set(ctx context.Context, name string, r record, ttl time.Dur
 	return err
 }
 
+// multiSetter is a tier that writes several keys in one round trip.
+type multiSetter interface {
+	setEach(ctx context.Context, names []string, r record, ttl time.Duration) []error
+}
+
+// setEach writes r under each name in one pipeline, each key through the
+// one-key guarded script, so the keys may live in different Cluster
+// slots. It sends the script's digest, and the script itself only where
+// Redis does not hold it yet.
+func (t *redisTier) setEach(ctx context.Context, names []string, r record, ttl time.Duration) []error {
+	errs := make([]error, len(names))
+	value := r.encode()
+	_, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
+		run := func(eval func(p redis.Pipeliner, name string) *redis.Cmd) error {
+			cmds := make([]*redis.Cmd, len(names))
+			_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, name := range names {
+					cmds[i] = eval(p, name)
+				}
+				return nil
+			})
+			for i, cmd := range cmds {
+				errs[i] = cmd.Err()
+			}
+			return err
+		}
+		err := run(func(p redis.Pipeliner, name string) *redis.Cmd {
+			return guardedSet.EvalSha(ctx, p, []string{name}, value, r.revision, ttl.Milliseconds())
+		})
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = run(func(p redis.Pipeliner, name string) *redis.Cmd {
+				return guardedSet.Eval(ctx, p, []string{name}, value, r.revision, ttl.Milliseconds())
+			})
+		}
+		return nil, err
+	})
+	for i := range errs {
+		if errs[i] == nil && err != nil {
+			errs[i] = err // the breaker refused, or the pipeline failed whole
+		}
+	}
+	return errs
+}
+
 func (t *redisTier) del(ctx context.Context, name string) error {
 	_, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
 		return nil, t.rdb.Del(ctx, name).Err()

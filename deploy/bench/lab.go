@@ -1,0 +1,445 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const jwtSecret = "bench-secret-bench-secret-bench-secret"
+
+// server is one process under test.
+type server struct {
+	name string
+	addr string
+	cmd  *exec.Cmd
+	// auth: requests carry the JWT. path is what wrk asks for.
+	auth bool
+	path string
+	// script is a wrk Lua script; empty means report.lua.
+	script string
+}
+
+// lab holds everything one run starts, so that stopAll can end it.
+type lab struct {
+	work, root string
+	opts       options
+	gateway    string // binary
+	self       string // this program, for the baselines
+	dbURL      string // the run's own PostgreSQL database
+	dropDB     func()
+	redisAddr  string
+	prefix     string
+	apiKey     string
+	token      string
+	body       []byte // the hot listing's response bytes
+	servers    map[string]*server
+	started    []*exec.Cmd
+}
+
+func (l *lab) prepare(ctx context.Context) error {
+	l.servers = map[string]*server{}
+	l.redisAddr = envOr("GATEWAY_TEST_REDIS_ADDR", "127.0.0.1:6379")
+	l.prefix = "bench:" + randomHex(4) + ":"
+	l.gateway = filepath.Join(l.work, "gateway")
+	log.Print("building the gateway")
+	build := exec.CommandContext(ctx, "go", "build", "-o", l.gateway, ".")
+	build.Dir = l.root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	l.self = self
+	if err := l.createDatabase(ctx); err != nil {
+		return err
+	}
+	if err := l.seed(ctx); err != nil {
+		return err
+	}
+	return l.startAll(ctx, false)
+}
+
+func (l *lab) createDatabase(ctx context.Context) error {
+	admin := envOr("GATEWAY_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("PostgreSQL: %w", err)
+	}
+	name := "bench_" + randomHex(4)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		conn.Close(ctx)
+		return fmt.Errorf("create database: %w", err)
+	}
+	l.dropDB = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		_ = conn.Close(ctx)
+	}
+	cfg, err := pgx.ParseConfig(admin)
+	if err != nil {
+		return err
+	}
+	l.dbURL = fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
+	return nil
+}
+
+// gatewayEnv is the environment of a gateway on the run's PostgreSQL and
+// Redis.
+func (l *lab) gatewayEnv(extra ...string) []string {
+	env := []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GATEWAY_CONFIG=/dev/null",
+		"GATEWAY_DATA_DIR=" + l.work, "GATEWAY_STORE_URL=" + l.dbURL,
+		"GATEWAY_REDIS_URL=redis://" + l.redisAddr + "/0", "GATEWAY_REDIS_PREFIX=" + l.prefix,
+		"GATEWAY_JWT_SECRET=" + jwtSecret, "GATEWAY_LOG_LEVEL=warn",
+		"GATEWAY_LOGIN_IP_ATTEMPTS=1000000",
+	}
+	return append(env, extra...)
+}
+
+func (l *lab) admin(ctx context.Context, env []string, stdin io.Reader, args ...string) (map[string]any, error) {
+	cmd := exec.CommandContext(ctx, l.gateway, args...)
+	cmd.Env, cmd.Dir, cmd.Stdin = env, l.work, stdin
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("gateway %v: %w\n%s", args, err, ee.Stderr)
+		}
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(out, &m)
+}
+
+// seed creates a firm and a passwordless user in PostgreSQL and in the
+// embedded SQLite store, and the listings: all of them in PostgreSQL, the
+// hot one (id 1) in both, with the same bytes.
+func (l *lab) seed(ctx context.Context) error {
+	sqlite := "GATEWAY_STORE_URL=sqlite:" + filepath.Join(l.work, "embedded.db")
+	for i, env := range [][]string{l.gatewayEnv(), l.gatewayEnv(sqlite, "GATEWAY_REDIS_URL=")} {
+		f, err := l.admin(ctx, env, nil, "firm", "add", "--name", "Bench Realty")
+		if err != nil {
+			return err
+		}
+		if _, err := l.admin(ctx, env, nil, "user", "add", "--firm", "1", "--email", "bench@bench.example"); err != nil {
+			return err
+		}
+		if f["firmId"] != 1.0 {
+			return fmt.Errorf("firm add printed %v, want firm 1", f)
+		}
+		if i == 0 { // the token of PostgreSQL's user is good on every gateway: one secret
+			l.apiKey = f["apiKey"].(string)
+		}
+	}
+	log.Printf("importing %d listings into PostgreSQL", l.opts.listings)
+	const batch = 10_000
+	for from := 1; from <= l.opts.listings; from += batch {
+		to := min(from+batch-1, l.opts.listings)
+		if _, err := l.admin(ctx, l.gatewayEnv(), strings.NewReader(listingsJSON(from, to)), "listing", "import", "-"); err != nil {
+			return err
+		}
+	}
+	if _, err := l.admin(ctx, l.gatewayEnv(sqlite, "GATEWAY_REDIS_URL="), strings.NewReader(listingsJSON(1, 1)), "listing", "import", "-"); err != nil {
+		return err
+	}
+	return l.flushRedis(ctx)
+}
+
+// listingsJSON is an import file of listings from..to, each the size of a
+// real listing page (about 2.3 KB as a response).
+func listingsJSON(from, to int) string {
+	var b strings.Builder
+	b.WriteString("[")
+	for id := from; id <= to; id++ {
+		if id > from {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"id":%d,"no":%d,"firmId":1,"firmUserId":1,"title":"Sea-view flat %d","categoryId":1,"subCategoryId":4,`+
+			`"createdDate":1700000000000,"updatedDate":1700000100000,"endDate":1800000000000,"note":"Viewing by appointment",`+
+			`"realtyDetailUrl":"https://example.com/realty/%d","realtyIdentificationNo":"TR-34-1203-%d","energyDocumentNo":"E-2024-0077",`+
+			`"location":{"cityId":34,"cityName":"Istanbul","countyId":12,"countyName":"Kadikoy","districtId":1203,"districtName":"Moda","latitude":40.98,"longitude":29.02,"nearLocation":true},`+
+			`"attributes":{"description":"Bright three-room flat, renovated in 2023, close to the ferry.","price":8500000,"priceCurrencyType":"TRY","room":3,"livingRoom":1,"bathRoom":2,"sqm":120,"netSqm":105,"age":12,"floorCount":6,"heatingId":2,"floorId":4,"furnished":false,"sideIdList":[1,2,3],"selectedAttributeList":[{"groupId":1,"selectedIds":[3,4]},{"groupId":2,"selectedIds":[7]}]},`+
+			`"realtyFiles":[`, id, id, id, id, id)
+		for n := 1; n <= 12; n++ {
+			if n > 1 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `{"id":%d,"imageUrl":"https://img.example.com/%d/photo-%d.jpg","sortOrder":%d,"imageType":"IMAGE","status":"APPROVED"}`, n, id, n, n)
+		}
+		b.WriteString("]}")
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+// flushRedis removes the run's keys, so that reads start cold.
+func (l *lab) flushRedis(ctx context.Context) error {
+	cmd := exec.CommandContext(ctx, "sh", "-c", fmt.Sprintf(
+		"redis-cli -h %s -p %s --scan --pattern '%s*' | xargs -r -n 1000 redis-cli -h %s -p %s DEL >/dev/null",
+		hostOf(l.redisAddr), portOf(l.redisAddr), l.prefix, hostOf(l.redisAddr), portOf(l.redisAddr)))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("flush Redis: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// startAll starts every server; pinned puts servers on CPU 0 with
+// GOMAXPROCS=1 (wrk then runs on CPU 1).
+func (l *lab) startAll(ctx context.Context, pinned bool) error {
+	sqlite := "GATEWAY_STORE_URL=sqlite:" + filepath.Join(l.work, "embedded.db")
+	gateways := []struct {
+		name string
+		env  []string
+	}{
+		{"gateway-local", nil},
+		{"gateway-redis", []string{"GATEWAY_LOCAL_CACHE_BYTES=0"}},
+		{"gateway-embedded", []string{sqlite, "GATEWAY_REDIS_URL="}},
+		// Without Redis and with a one-byte local tier every read is a
+		// store read.
+		{"gateway-miss", []string{"GATEWAY_REDIS_URL=", "GATEWAY_LOCAL_CACHE_BYTES=1"}},
+	}
+	for _, g := range gateways {
+		addr, admin := freeAddr(), freeAddr()
+		env := l.gatewayEnv(append(g.env, "GATEWAY_ADDR="+addr, "GATEWAY_ADMIN_ADDR="+admin)...)
+		if pinned {
+			env = append(env, "GOMAXPROCS=1")
+		}
+		s := &server{name: g.name, addr: addr, auth: true, path: "/realty/1"}
+		if g.name == "gateway-miss" {
+			s.script = "random.lua"
+		}
+		if err := l.start(ctx, s, pinned, env, l.gateway); err != nil {
+			return err
+		}
+	}
+	if l.token == "" {
+		if err := l.login(); err != nil {
+			return err
+		}
+	}
+	if err := l.hotBody(); err != nil {
+		return err
+	}
+	return l.startBaselines(ctx, pinned)
+}
+
+func (l *lab) login() error {
+	body := fmt.Sprintf(`{"email":"bench@bench.example","key":%q}`, l.apiKey)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+l.servers["gateway-local"].addr+"/auth/login", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "bench")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		JWTToken string `json:"jwtToken"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.JWTToken == "" {
+		return fmt.Errorf("login: %d %v", resp.StatusCode, err)
+	}
+	l.token = out.JWTToken
+	return nil
+}
+
+// hotBody reads the hot listing from every gateway: all must answer the
+// same bytes, which the baselines then serve.
+func (l *lab) hotBody() error {
+	for _, name := range []string{"gateway-local", "gateway-redis", "gateway-embedded", "gateway-miss"} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+l.servers[name].addr+"/realty/1", nil)
+		req.Header.Set("Authorization", "Bearer "+l.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			return fmt.Errorf("%s /realty/1: %d %v", name, resp.StatusCode, err)
+		}
+		if l.body == nil {
+			l.body = b
+		} else if string(b) != string(l.body) {
+			return fmt.Errorf("%s answers other bytes than gateway-local", name)
+		}
+	}
+	return nil
+}
+
+func (l *lab) startBaselines(ctx context.Context, pinned bool) error {
+	file := filepath.Join(l.work, "www", "realty", "1")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(file, l.body, 0o644); err != nil {
+		return err
+	}
+	goEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	if pinned {
+		goEnv = append(goEnv, "GOMAXPROCS=1")
+	}
+	static := &server{name: "fiber-static", addr: freeAddr(), path: "/realty/1"}
+	if err := l.start(ctx, static, pinned, goEnv, l.self, "serve-static", static.addr, file); err != nil {
+		return err
+	}
+	key := l.prefix + "naive:1"
+	if err := l.setNaiveKey(ctx, key); err != nil {
+		return err
+	}
+	naive := &server{name: "naive", addr: freeAddr(), auth: true, path: "/realty/1"}
+	if err := l.start(ctx, naive, pinned, goEnv, l.self, "serve-naive", naive.addr, l.redisAddr, key, jwtSecret); err != nil {
+		return err
+	}
+	workers := "auto"
+	if pinned {
+		workers = "1"
+	}
+	nginxAddr := freeAddr()
+	conf := filepath.Join(l.work, "nginx.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`daemon off; worker_processes %s; pid %s/nginx.pid; error_log stderr error;
+events { worker_connections 4096; }
+http { access_log off; default_type application/json; sendfile on; tcp_nopush on; keepalive_requests 1000000;
+  server { listen %s; root %s/www; } }`, workers, l.work, nginxAddr, l.work)), 0o644); err != nil {
+		return err
+	}
+	if err := l.start(ctx, &server{name: "nginx-static", addr: nginxAddr, path: "/realty/1"}, pinned, goEnv, "nginx", "-c", conf, "-p", l.work); err != nil {
+		return err
+	}
+	varnishAddr := freeAddr()
+	threads := "-p thread_pools=2"
+	if pinned {
+		threads = "-p thread_pools=1"
+	}
+	args := append([]string{"-F", "-a", varnishAddr, "-b", static.addr, "-s", "malloc,64m", "-n", filepath.Join(l.work, "varnish"+randomHex(2))},
+		strings.Fields(threads)...)
+	if err := l.start(ctx, &server{name: "varnish-hit", addr: varnishAddr, path: "/realty/1"}, pinned, goEnv, "varnishd", args...); err != nil {
+		return err
+	}
+	return nil
+}
+
+// setNaiveKey stores the hot body under key for the naive server.
+func (l *lab) setNaiveKey(ctx context.Context, key string) error {
+	cmd := exec.CommandContext(ctx, "redis-cli", "-h", hostOf(l.redisAddr), "-p", portOf(l.redisAddr), "-x", "SET", key)
+	cmd.Stdin = strings.NewReader(string(l.body))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("redis-cli SET: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// start runs a server, pinned to CPU 0 if asked, and waits until it
+// answers on its address.
+func (l *lab) start(ctx context.Context, s *server, pinned bool, env []string, bin string, args ...string) error {
+	if pinned {
+		args = append([]string{"-c", "0", bin}, args...)
+		bin = "taskset"
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env, cmd.Dir = env, l.work
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	logFile, err := os.Create(filepath.Join(l.work, s.name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	s.cmd = cmd
+	l.started = append(l.started, cmd)
+	l.servers[s.name] = s
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", s.addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logFile.Name())
+			return fmt.Errorf("%s did not listen on %s:\n%s", s.name, s.addr, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stopAll ends every process this run started (each in its own process
+// group, so nginx's and varnish's children go too) and drops the database.
+func (l *lab) stopAll() {
+	for _, cmd := range l.started {
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		}
+	}
+	for _, cmd := range l.started {
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}
+	l.started, l.servers = nil, map[string]*server{}
+	if l.redisAddr != "" {
+		_ = l.flushRedis(context.Background())
+	}
+	if l.dropDB != nil {
+		l.dropDB()
+		l.dropDB = nil
+	}
+}
+
+// restart stops the servers (keeping the database) and starts them again.
+func (l *lab) restart(ctx context.Context, pinned bool) error {
+	drop := l.dropDB
+	l.dropDB = nil
+	l.stopAll()
+	l.dropDB = drop
+	return l.startAll(ctx, pinned)
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err) // the loopback always has a free port
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func hostOf(addr string) string { h, _, _ := net.SplitHostPort(addr); return h }
+func portOf(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }

@@ -1,0 +1,140 @@
+// Command bench measures the gateway against the servers a reader would
+// compare it with, in one run on this machine: it builds the gateway,
+// starts every server on 127.0.0.1 (PostgreSQL and Redis must be running,
+// as for the tests), drives each with wrk, interleaved, prints a markdown
+// table and stops what it started. wrk, nginx and varnish are installed
+// from Debian's packages where missing.
+//
+//	go run ./deploy/bench                      # the whole run, about 12 minutes
+//	go run ./deploy/bench -reps 1 -duration 2s # a quick look
+//	go run ./deploy/bench -out deploy/bench/RESULTS.md
+//
+// Cases: gateway-local (Redis configured, hot listing from the local
+// tier), gateway-redis (the same with GATEWAY_LOCAL_CACHE_BYTES=0),
+// gateway-embedded (no Redis, SQLite), gateway-miss (every request another
+// of 100,000 listings, read from PostgreSQL), nginx-static (the same bytes
+// from a file), varnish-hit (the same bytes from Varnish's cache),
+// fiber-static (a bare Fiber handler, the same bytes from memory, no JWT)
+// and naive (Fiber, contrib/jwt HS256 with its defaults, one go-redis GET
+// per request).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "serve-") {
+		if err := serveBaseline(os.Args[1], os.Args[2:]); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	opts := options{}
+	flag.IntVar(&opts.reps, "reps", 5, "repetitions of each case, interleaved")
+	flag.DurationVar(&opts.duration, "duration", 5*time.Second, "length of one wrk run")
+	flag.IntVar(&opts.conns, "conns", 64, "wrk connections")
+	flag.IntVar(&opts.listings, "listings", 100_000, "listings in PostgreSQL for gateway-miss")
+	flag.StringVar(&opts.out, "out", "", "also write the report to this file")
+	flag.BoolVar(&opts.skipPinned, "skip-pinned", false, "skip the run pinned to separate cores")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opts); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type options struct {
+	reps, conns, listings int
+	duration              time.Duration
+	out                   string
+	skipPinned            bool
+}
+
+func run(ctx context.Context, opts options) error {
+	if err := ensureTools(); err != nil {
+		return err
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "gateway-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o755); err != nil { // nginx's workers read files there
+		return err
+	}
+	lab := &lab{work: work, root: root, opts: opts}
+	defer lab.stopAll()
+	if err := lab.prepare(ctx); err != nil {
+		return err
+	}
+	report, err := lab.measure(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Print(report)
+	if opts.out != "" {
+		return os.WriteFile(opts.out, []byte(report), 0o644)
+	}
+	return nil
+}
+
+// ensureTools installs wrk, nginx and varnish where missing.
+func ensureTools() error {
+	var missing []string
+	for tool, pkg := range map[string]string{"wrk": "wrk", "nginx": "nginx-light", "varnishd": "varnish"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if _, err := os.Stat("/usr/sbin/" + tool); err != nil {
+				missing = append(missing, pkg)
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	log.Printf("installing %v", missing)
+	if out, err := exec.Command("apt-get", "update", "-qq").CombinedOutput(); err != nil {
+		return fmt.Errorf("apt-get update: %w\n%s", err, out)
+	}
+	cmd := exec.Command("apt-get", append([]string{"install", "-y", "-qq"}, missing...)...)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("apt-get install %v: %w\n%s", missing, err, out)
+	}
+	// Debian starts the packages' own services; they are not ours.
+	_ = exec.Command("pkill", "-x", "nginx").Run()
+	_ = exec.Command("pkill", "-x", "varnishd").Run()
+	return nil
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+var caseOrder = []string{
+	"gateway-local", "gateway-redis", "gateway-embedded", "gateway-miss",
+	"nginx-static", "varnish-hit", "fiber-static", "naive",
+}
+
+// scripts: report.lua prints the numbers as one JSON line at the end;
+// random.lua asks for a random listing of the first n; sequential.lua
+// walks them in order.
+const reportLua = `
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("JSON {\"requests\":%d,\"duration_us\":%d,\"errors\":%d,\"non2xx\":%d,\"p50\":%d,\"p99\":%d,\"p999\":%d}\n",
+    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout, e.status,
+    latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+end
+`
+
+func randomLua(n int) string {
+	return fmt.Sprintf(`
+math.randomseed(os.time())
+request = function() return wrk.format("GET", "/realty/" .. math.random(1, %d)) end
+`, n) + reportLua
+}
+
+func sequentialLua(n int) string {
+	return fmt.Sprintf(`
+local threads = 0
+setup = function(thread) thread:set("first", threads); threads = threads + 1 end
+init = function() next_id = first; step = threads end
+request = function()
+  next_id = next_id + step
+  return wrk.format("GET", "/realty/" .. (next_id %% %d + 1))
+end
+`, n) + reportLua
+}
+
+type result struct {
+	requests             int64
+	rps                  float64
+	p50, p99, p999       time.Duration
+	cpuPerRequest        time.Duration
+	storeCPUShare        float64 // PostgreSQL's CPU over the gateway's, gateway-miss only
+	peakRSSKiB           int64
+	errors, non2xx       int64
+	connections, threads int
+}
+
+type wrkReport struct {
+	Requests   int64 `json:"requests"`
+	DurationUS int64 `json:"duration_us"`
+	Errors     int64 `json:"errors"`
+	Non2xx     int64 `json:"non2xx"`
+	P50        int64 `json:"p50"`
+	P99        int64 `json:"p99"`
+	P999       int64 `json:"p999"`
+}
+
+// load drives one server with wrk and reads its CPU and memory around it.
+func (l *lab) load(ctx context.Context, s *server, conns int, d time.Duration, pinned bool, script string) (result, error) {
+	if script == "" {
+		script = reportLua
+		if s.script == "random.lua" {
+			script = randomLua(l.opts.listings)
+		}
+	}
+	path := filepath.Join(l.work, "script.lua")
+	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
+		return result{}, err
+	}
+	threads := 2
+	args := []string{}
+	if pinned {
+		threads = 1
+		args = append(args, "-c", "1", "wrk")
+	}
+	args = append(args, fmt.Sprintf("-t%d", threads), fmt.Sprintf("-c%d", max(conns, threads)), "-d"+d.String(), "-s", path)
+	if s.auth {
+		args = append(args, "-H", "Authorization: Bearer "+l.token)
+	}
+	args = append(args, "http://"+s.addr+s.path)
+	bin := "wrk"
+	if pinned {
+		bin = "taskset"
+	}
+	pid := s.cmd.Process.Pid
+	pg := pidsOf("postgres")
+	cpu0, pg0 := cpuSeconds(pid), cpuSecondsOf(pg)
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	cpu1, pg1 := cpuSeconds(pid), cpuSecondsOf(pg)
+	if err != nil {
+		return result{}, fmt.Errorf("wrk %s: %w\n%s", s.name, err, out)
+	}
+	i := bytes.Index(out, []byte("JSON "))
+	if i < 0 {
+		return result{}, fmt.Errorf("wrk %s printed no report:\n%s", s.name, out)
+	}
+	var w wrkReport
+	if err := json.Unmarshal(bytes.TrimSpace(bytes.SplitN(out[i+5:], []byte("\n"), 2)[0]), &w); err != nil {
+		return result{}, fmt.Errorf("wrk %s report: %w", s.name, err)
+	}
+	r := result{
+		requests: w.Requests, rps: float64(w.Requests) / (float64(w.DurationUS) / 1e6),
+		p50: time.Duration(w.P50) * time.Microsecond, p99: time.Duration(w.P99) * time.Microsecond,
+		p999: time.Duration(w.P999) * time.Microsecond, errors: w.Errors, non2xx: w.Non2xx,
+		peakRSSKiB: rssKiB(pid, "VmHWM"), connections: conns, threads: threads,
+	}
+	if w.Requests > 0 {
+		r.cpuPerRequest = time.Duration((cpu1 - cpu0) / float64(w.Requests) * 1e9)
+	}
+	if cpu1 > cpu0 {
+		r.storeCPUShare = (pg1 - pg0) / (cpu1 - cpu0)
+	}
+	return r, nil
+}
+
+// measure runs every case, interleaved, then the scaling curve, the
+// memory check and the pinned run, and returns the report.
+func (l *lab) measure(ctx context.Context) (string, error) {
+	var rep strings.Builder
+	l.header(&rep)
+	log.Print("warming up")
+	for _, name := range caseOrder {
+		if _, err := l.load(ctx, l.servers[name], l.opts.conns, time.Second, false, ""); err != nil {
+			return "", err
+		}
+	}
+	main, err := l.rounds(ctx, l.opts.reps, false)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&rep, "\n## Main run: wrk -t2 -c%d -d%v, %d interleaved repetitions, medians\n\n", l.opts.conns, l.opts.duration, l.opts.reps)
+	table(&rep, main)
+	ratios(&rep, main)
+	if err := l.scaling(ctx, &rep); err != nil {
+		return "", err
+	}
+	if err := l.memory(ctx, &rep); err != nil {
+		return "", err
+	}
+	if !l.opts.skipPinned {
+		log.Print("restarting the servers pinned to CPU 0, wrk on CPU 1")
+		if err := l.restart(ctx, true); err != nil {
+			return "", err
+		}
+		for _, name := range caseOrder {
+			if _, err := l.load(ctx, l.servers[name], l.opts.conns, time.Second, true, ""); err != nil {
+				return "", err
+			}
+		}
+		pinned, err := l.rounds(ctx, min(l.opts.reps, 3), true)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&rep, "\n## Pinned: servers on CPU 0 (GOMAXPROCS=1, one nginx worker, one Varnish pool), wrk -t1 -c%d on CPU 1, %d repetitions, medians\n\n",
+			l.opts.conns, min(l.opts.reps, 3))
+		table(&rep, pinned)
+		ratios(&rep, pinned)
+	}
+	return rep.String(), nil
+}
+
+func (l *lab) header(w *strings.Builder) {
+	model := "unknown"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	fmt.Fprintf(w, "# Gateway benchmark\n\n`go run ./deploy/bench %s` on %s; %d CPUs (%s); %s.\n",
+		strings.Join(os.Args[1:], " "), time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), model, runtime.Version())
+	fmt.Fprintf(w, "The hot listing is %d bytes; every gateway request carries a valid JWT. All servers on 127.0.0.1, wrk on the same machine.\n", len(l.body))
+}
+
+func (l *lab) rounds(ctx context.Context, reps int, pinned bool) (map[string][]result, error) {
+	out := map[string][]result{}
+	for rep := range reps {
+		log.Printf("repetition %d of %d%s", rep+1, reps, map[bool]string{true: " (pinned)"}[pinned])
+		for _, name := range caseOrder {
+			r, err := l.load(ctx, l.servers[name], l.opts.conns, l.opts.duration, pinned, "")
+			if err != nil {
+				return nil, err
+			}
+			out[name] = append(out[name], r)
+		}
+	}
+	return out, nil
+}
+
+// median picks the repetition of median throughput, so its numbers belong
+// together.
+func median(rs []result) result {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b result) int { return cmp.Compare(a.rps, b.rps) })
+	return s[len(s)/2]
+}
+
+func table(w *strings.Builder, res map[string][]result) {
+	w.WriteString("| case | requests/s | p50 | p99 | p99.9 | server CPU per request | peak RSS | errors, non-2xx |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, name := range caseOrder {
+		r := median(res[name])
+		extra := ""
+		if name == "gateway-miss" {
+			extra = fmt.Sprintf(" (PostgreSQL used %.1f× the gateway's CPU)", r.storeCPUShare)
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s%s | %d MiB | %d, %d |\n", name, r.rps, ms(r.p50), ms(r.p99), ms(r.p999),
+			us(r.cpuPerRequest), extra, r.peakRSSKiB>>10, r.errors, r.non2xx)
+	}
+}
+
+func ratios(w *strings.Builder, res map[string][]result) {
+	rps := func(name string) float64 { return median(res[name]).rps }
+	w.WriteString("\n| ratio | value | target |\n|---|---:|---|\n")
+	for _, r := range []struct {
+		a, b   string
+		target float64
+	}{
+		{"gateway-local", "fiber-static", 0.9}, {"gateway-local", "nginx-static", 0.85}, {"gateway-local", "varnish-hit", 1.7},
+		{"gateway-embedded", "fiber-static", 0.9}, {"gateway-embedded", "nginx-static", 0.85}, {"gateway-embedded", "varnish-hit", 1.7},
+		{"gateway-redis", "naive", 1.3},
+	} {
+		v := rps(r.a) / rps(r.b)
+		verdict := "met"
+		if v < r.target-0.005 { // as printed
+			verdict = "missed"
+		}
+		fmt.Fprintf(w, "| %s / %s | %.2f | ≥ %.2f: %s |\n", r.a, r.b, v, r.target, verdict)
+	}
+}
+
+func (l *lab) scaling(ctx context.Context, w *strings.Builder) error {
+	log.Print("scaling curve")
+	w.WriteString("\n## Scaling: one run each\n\n| connections | gateway-local requests/s | gateway-local p99 | nginx-static requests/s | nginx-static p99 |\n|---:|---:|---:|---:|---:|\n")
+	for _, c := range []int{16, 64, 256, 1024} {
+		g, err := l.load(ctx, l.servers["gateway-local"], c, l.opts.duration, false, "")
+		if err != nil {
+			return err
+		}
+		n, err := l.load(ctx, l.servers["nginx-static"], c, l.opts.duration, false, "")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "| %d | %.0f | %s | %.0f | %s |\n", c, g.rps, ms(g.p99), n.rps, ms(n.p99))
+	}
+	return nil
+}
+
+// memory reads every listing once through gateway-local (Redis misses,
+// then the local tier at its default size) and reports its RSS.
+func (l *lab) memory(ctx context.Context, w *strings.Builder) error {
+	log.Printf("reading all %d listings through gateway-local", l.opts.listings)
+	s := l.servers["gateway-local"]
+	var total int64
+	for total < int64(l.opts.listings) {
+		r, err := l.load(ctx, s, 16, 10*time.Second, false, sequentialLua(l.opts.listings))
+		if err != nil {
+			return err
+		}
+		total += r.requests
+	}
+	pid := s.cmd.Process.Pid
+	fmt.Fprintf(w, "\n## Memory\n\nAfter %d requests walking all %d listings through gateway-local (default local tier, 64 MiB): RSS %d MiB, peak %d MiB (target: under 150 MiB).\n",
+		total, l.opts.listings, rssKiB(pid, "VmRSS")>>10, rssKiB(pid, "VmHWM")>>10)
+	return nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond)) }
