@@ -9,8 +9,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -148,4 +151,58 @@ func importListings(ctx context.Context, cfg config, log *slog.Logger, args []st
 		}
 		return printJSON(stdout, map[string]any{"imported": len(stored)})
 	})
+}
+
+// purgeCDN sends a hard purge of a firm's tag or a listing's tag to the
+// CDN, once, and says whether it was acknowledged.
+func purgeCDN(ctx context.Context, cfg config, log *slog.Logger, args []string, stdout io.Writer) error {
+	const use = "usage: gateway cdn purge --firm N | --listing ID|FIRM-NO"
+	fs := flag.NewFlagSet("cdn purge", flag.ContinueOnError)
+	firmID := fs.Int64("firm", 0, "purge every listing of this firm")
+	listing := fs.String("listing", "", "purge one listing, by id or by FIRM-NO")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if (*firmID > 0) == (*listing != "") || fs.NArg() > 0 {
+		return errors.New(use)
+	}
+	if cfg.Purge.URL == "" {
+		return errors.New("no CDN purge API configured (GATEWAY_CDN_PURGE_URL)")
+	}
+	key := "firm-" + strconv.FormatInt(*firmID, 10)
+	if *listing != "" {
+		id, err := listingID(ctx, cfg, *listing)
+		if err != nil {
+			return err
+		}
+		key = "realty-" + strconv.FormatInt(id, 10)
+	}
+	if err := cdn.NewPurger(cfg.Purge, log).PurgeNow(ctx, key); err != nil {
+		return fmt.Errorf("purge %s: %w", key, err)
+	}
+	return printJSON(stdout, map[string]any{"purged": key})
+}
+
+// listingID resolves "ID" or "FIRM-NO" to the listing's id.
+func listingID(ctx context.Context, cfg config, ref string) (int64, error) {
+	firm, no, numbered := strings.Cut(ref, "-")
+	if !numbered {
+		id, err := strconv.ParseInt(ref, 10, 64)
+		if err != nil || id <= 0 {
+			return 0, fmt.Errorf("listing %q: want ID or FIRM-NO", ref)
+		}
+		return id, nil
+	}
+	f, errF := strconv.ParseInt(firm, 10, 64)
+	n, errN := strconv.ParseInt(no, 10, 64)
+	if errF != nil || errN != nil {
+		return 0, fmt.Errorf("listing %q: want ID or FIRM-NO", ref)
+	}
+	var id int64
+	err := withStore(ctx, cfg, func(s upstream.Store) error {
+		l, err := s.ListingByNumber(ctx, f, n)
+		id = l.ID
+		return err
+	})
+	return id, err
 }

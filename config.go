@@ -36,7 +36,7 @@ type config struct {
 	Redis   redisConfig    `yaml:"redis" envPrefix:"REDIS_"`
 	Cache   cache.Config   `yaml:"cache"`
 	HTTP    gateway.Config `yaml:"http"`
-	Purge   cdn.Config     `yaml:"purge" envPrefix:"CDN_PURGE_"`
+	Purge   cdn.Config     `yaml:"purge" envPrefix:"CDN_"`
 }
 
 // defaults are the values used when neither the file nor the environment
@@ -105,6 +105,9 @@ func unparsable(environ map[string]string) []string {
 // derive sets the values that follow from other parts' settings.
 func (c *config) derive() {
 	c.HTTP.RetryAfter = c.Breaker.OpenFor
+	c.HTTP.CacheTTL = c.Cache.Fresh
+	c.Purge.GiveUpAfter = c.HTTP.CDN.SMaxAge + c.HTTP.CDN.StaleWhileRevalidate + c.HTTP.CDN.StaleIfError
+	c.Purge.StoreTimeout = c.Store.Timeout
 	c.Cache.Prefix = c.Redis.Prefix
 	c.Cache.LoadTimeout = c.Store.Timeout + 3*c.Redis.Timeout
 }

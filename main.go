@@ -32,7 +32,8 @@ const usage = `usage:
   gateway --help
   gateway firm add --name NAME
   gateway user add --firm N --email E [--password P]
-  gateway listing import FILE|-`
+  gateway listing import FILE|-
+  gateway cdn purge --firm N | --listing ID|FIRM-NO`
 
 func run(ctx context.Context, args []string, environ map[string]string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdin io
 		return addUser(ctx, cfg, args[2:], stdout)
 	case "listing import":
 		return importListings(ctx, cfg, log, args[2:], stdin, stdout)
+	case "cdn purge":
+		return purgeCDN(ctx, cfg, log, args[2:], stdout)
 	default:
 		return errors.New(usage)
 	}

@@ -1,19 +1,26 @@
-// Package cdn talks to the CDN in front of the gateway: it sends purges
-// for surrogate keys in the background, behind a breaker, so that a write
-// never waits for the CDN. It knows nothing of listings.
+// Package cdn talks to the CDN in front of the gateway: it purges
+// surrogate keys in the formats that Varnish (xkey), Fastly, Cloudflare
+// and a plain URL template take, and delivers every purge even through an
+// outage of the CDN: queued, retried with backoff, given up only once the
+// copy it targets has expired anyway, and repeated once after a delay to
+// catch a fetch that was in flight during the write. It knows nothing of
+// listings.
 //
 // Concurrency: a *Purger is safe for concurrent use; Run must be running
-// for purges to be sent.
+// for queued purges to be sent.
 package cdn
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,128 +31,309 @@ import (
 	"github.com/realty-gateway/gateway/internal/settings"
 )
 
+// Formats of purge requests.
+const (
+	// FormatTemplate POSTs each key to URL, "{key}" replaced by the key.
+	FormatTemplate = "template"
+	// FormatVarnishXkey sends PURGE to URL with "xkey-purge: <keys>", or
+	// "xkey-softpurge" for a soft purge (the xkey vmod).
+	FormatVarnishXkey = "varnish-xkey"
+	// FormatFastly POSTs URL/purge/<key>, with "Fastly-Soft-Purge: 1" for
+	// a soft purge.
+	FormatFastly = "fastly"
+	// FormatCloudflare POSTs {"tags":[…]} to URL: every key of a purge in
+	// one request. Cloudflare has no soft tag purge: all are hard.
+	FormatCloudflare = "cloudflare"
+)
+
 // Config names a CDN's purge API. An empty URL sends no purges.
 type Config struct {
-	// URL is where a purge is POSTed; "{key}" is replaced by the
-	// path-escaped surrogate key, which is also the request body.
-	URL settings.DSN `yaml:"url" env:"URL" help:"POST target of purges, {key} = surrogate key; empty = no purges"`
-	// Header is an optional "Name: value" sent with each purge (an API
-	// token).
-	Header  settings.Secret `yaml:"header" env:"HEADER" help:"\"Name: value\" header sent with purges (secret)"`
-	Timeout time.Duration   `yaml:"timeout" env:"TIMEOUT" help:"deadline of one purge request"`
-	// Queue is how many purges may wait; more are dropped and logged.
+	URL    settings.DSN    `yaml:"url" env:"PURGE_URL" help:"purge API: a template with {key}, Varnish's address, Fastly's service URL or Cloudflare's purge_cache URL; empty = no purges"`
+	Header settings.Secret `yaml:"header" env:"PURGE_HEADER" help:"\"Name: value\" header sent with purges, such as an API token (secret)"`
+	Format string          `yaml:"format" env:"PURGE_FORMAT" help:"template, varnish-xkey, fastly or cloudflare"`
+	// Soft purges updates that keep a listing visible: the CDN may serve
+	// the old copy while it fetches the new one. Visibility changes are
+	// always hard.
+	Soft    bool          `yaml:"soft" env:"PURGE_SOFT" help:"soft-purge updates that keep a listing visible (varnish-xkey, fastly); visibility changes are always hard"`
+	Sync    bool          `yaml:"sync" env:"PURGE_SYNC" help:"a write waits, at most the purge timeout, until the CDN acknowledged its hard purge"`
+	Timeout time.Duration `yaml:"timeout" env:"PURGE_TIMEOUT" help:"deadline of one purge request, and of a write's wait with sync"`
+	// RepurgeAfter repeats each purge once, after a fetch that was in
+	// flight during the write has returned.
+	RepurgeAfter time.Duration `yaml:"repurgeAfter" env:"REPURGE_AFTER" help:"each purge is sent again this long after it succeeded; 0 = the store timeout plus 1s"`
+
+	// GiveUpAfter is how long a purge is retried: past it the copy it
+	// targets has expired (s-maxage + stale-while-revalidate +
+	// stale-if-error). StoreTimeout is the longest a fetch in flight can
+	// take. The wiring sets both.
+	GiveUpAfter  time.Duration `yaml:"-"`
+	StoreTimeout time.Duration `yaml:"-"`
+	// Queue is how many purges may wait.
 	Queue int `yaml:"-"`
 }
 
 // DefaultConfig sends no purges.
-func DefaultConfig() Config { return Config{Timeout: 2 * time.Second, Queue: 4096} }
-
-// Validate reports a setting out of its range.
-func (c Config) Validate() error {
-	if c.Timeout <= 0 {
-		return errors.New("purge timeout must be positive")
-	}
-	return nil
+func DefaultConfig() Config {
+	return Config{Format: FormatTemplate, Timeout: 2 * time.Second, GiveUpAfter: time.Hour + 90*time.Second, StoreTimeout: 2 * time.Second, Queue: 4096}
 }
 
-// Purger sends CDN purges in the background, behind its own breaker.
+// Validate reports every setting out of its range.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Timeout <= 0 {
+		errs = append(errs, errors.New("purge.timeout must be positive"))
+	}
+	if c.RepurgeAfter < 0 {
+		errs = append(errs, errors.New("purge.repurgeAfter must not be negative"))
+	}
+	if !slices.Contains([]string{FormatTemplate, FormatVarnishXkey, FormatFastly, FormatCloudflare}, c.Format) {
+		errs = append(errs, fmt.Errorf("purge.format %q: want template, varnish-xkey, fastly or cloudflare", c.Format))
+	}
+	return errors.Join(errs...)
+}
+
+// job is one purge: its keys, and where it stands.
+type job struct {
+	hard     bool
+	keys     []string
+	giveUp   time.Time
+	next     time.Time // when to send it (again)
+	attempt  int
+	repeated bool // the delayed repeat, or a purge that needs none
+}
+
+// Purger sends purges behind its own breaker.
 type Purger struct {
-	cfg     Config
-	client  *http.Client
-	cb      *gobreaker.CircuitBreaker[struct{}]
-	queue   chan string
-	log     *slog.Logger
-	sent    atomic.Uint64
-	dropped atomic.Uint64
+	cfg    Config
+	client *http.Client
+	cb     *gobreaker.CircuitBreaker[struct{}]
+	queue  chan *job
+	log    *slog.Logger
+	now    func() time.Time
+
+	sent, failed, dropped atomic.Uint64
 }
 
 // NewPurger returns a Purger for cfg.
 func NewPurger(cfg Config, log *slog.Logger) *Purger {
+	if cfg.Format == "" {
+		cfg.Format = FormatTemplate
+	}
 	return &Purger{
 		cfg:    cfg,
 		client: &http.Client{Timeout: cfg.Timeout},
-		cb: gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:          "cdn-purge",
-			Timeout:       30 * time.Second,
-			OnStateChange: breaker.LogStateChanges(log),
-		}),
-		queue: make(chan string, max(cfg.Queue, 1)),
-		log:   log,
+		cb:     gobreaker.NewCircuitBreaker[struct{}](breaker.FastFail("cdn-purge", log)),
+		queue:  make(chan *job, max(cfg.Queue, 1)),
+		log:    log,
+		now:    time.Now,
 	}
 }
 
-// Purge queues surrogate keys for purging. It never blocks.
-func (p *Purger) Purge(keys ...string) {
-	for _, k := range keys {
-		select {
-		case p.queue <- k:
-		default:
-			p.dropped.Add(1)
-			p.log.Warn("CDN purge queue full, purge dropped", "key", k)
+// Purge asks the CDN to drop what it holds under keys; hard: not even a
+// stale copy may be served. It queues the purge and returns, except with
+// Sync and a hard purge: then it first tries to deliver it, for at most
+// the purge timeout, and queues it only if that failed.
+func (p *Purger) Purge(ctx context.Context, hard bool, keys ...string) {
+	if len(keys) == 0 {
+		return
+	}
+	hard = hard || !p.cfg.Soft
+	j := &job{hard: hard, keys: keys, giveUp: p.now().Add(p.cfg.GiveUpAfter)}
+	if p.cfg.Sync && hard {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Timeout)
+		defer cancel()
+		if p.attempt(ctx, j) == nil {
+			// Delivered: what is left is the repeat.
+			j.repeated, j.attempt, j.next = true, 0, p.now().Add(p.repurgeAfter())
 		}
 	}
+	p.enqueue(j)
 }
 
-// Sent and Dropped count purges.
+// PurgeNow sends a hard purge of keys once, for at most the purge
+// timeout, and reports whether the CDN acknowledged it. Nothing is queued:
+// it is the operator's command.
+func (p *Purger) PurgeNow(ctx context.Context, keys ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	return p.attempt(ctx, &job{hard: true, keys: keys})
+}
+
+func (p *Purger) enqueue(j *job) {
+	select {
+	case p.queue <- j:
+	default:
+		p.dropped.Add(1)
+		p.log.Warn("CDN purge queue full, purge dropped", "keys", strings.Join(j.keys, " "))
+	}
+}
+
+// Sent, Failed and Dropped count purge requests delivered, attempts that
+// failed, and purges given up.
 func (p *Purger) Sent() uint64    { return p.sent.Load() }
+func (p *Purger) Failed() uint64  { return p.failed.Load() }
 func (p *Purger) Dropped() uint64 { return p.dropped.Load() }
 
-// Run sends queued purges until ctx ends, then sends what is still queued
-// within one more Timeout, so that a shutdown does not lose the purges of
-// the last writes. A purge under way is not cut short by ctx: the client's
-// Timeout bounds it.
+func (p *Purger) repurgeAfter() time.Duration {
+	if p.cfg.RepurgeAfter > 0 {
+		return p.cfg.RepurgeAfter
+	}
+	return p.cfg.StoreTimeout + time.Second
+}
+
+// backoff is the wait before attempt n+1: 100 ms doubling to 1 s, so that
+// a CDN that comes back gets its queue within about a second.
+func backoff(attempt int) time.Duration {
+	return min(100*time.Millisecond<<min(attempt, 4), time.Second)
+}
+
+// Run sends queued purges until ctx ends: each when it is due, failures
+// again after a backoff until they are given up, successes once more
+// after RepurgeAfter. When ctx ends it sends what is due within one more
+// Timeout, so that a shutdown does not lose the last writes' purges.
 func (p *Purger) Run(ctx context.Context) {
+	var waiting []*job
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	send := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
+		waiting = p.sendDue(send, waiting)
+		timer.Reset(p.untilNext(waiting))
 		select {
 		case <-ctx.Done():
-		case k := <-p.queue:
-			p.purge(send, k)
+		case j := <-p.queue:
+			waiting = append(waiting, j)
+		case <-timer.C:
 		}
 	}
 	drain, cancel := context.WithTimeout(send, p.cfg.Timeout)
 	defer cancel()
-	for drain.Err() == nil {
+	for {
 		select {
-		case k := <-p.queue:
-			p.purge(drain, k)
+		case j := <-p.queue:
+			waiting = append(waiting, j)
+			continue
 		default:
-			return
+		}
+		break
+	}
+	for _, j := range waiting {
+		if !j.repeated && drain.Err() == nil {
+			_ = p.attempt(drain, j) // failures are logged; the process is ending
 		}
 	}
 }
 
-func (p *Purger) purge(ctx context.Context, key string) {
-	if _, err := p.cb.Execute(func() (struct{}, error) { return struct{}{}, p.send(ctx, key) }); err != nil {
-		p.dropped.Add(1)
-		p.log.Warn("CDN purge failed", "key", key, "err", err)
-		return
+// sendDue sends the jobs that are due and returns those still waiting.
+func (p *Purger) sendDue(ctx context.Context, waiting []*job) []*job {
+	now := p.now()
+	kept := waiting[:0]
+	for _, j := range waiting {
+		switch {
+		case j.next.After(now):
+			kept = append(kept, j)
+		case p.attempt(ctx, j) == nil:
+			if !j.repeated {
+				j.repeated, j.attempt, j.next = true, 0, now.Add(p.repurgeAfter())
+				j.giveUp = j.next.Add(p.cfg.GiveUpAfter)
+				kept = append(kept, j)
+			}
+		case now.After(j.giveUp):
+			p.dropped.Add(1)
+			p.log.Error("CDN purge given up; the copy it targets has expired by now", "keys", strings.Join(j.keys, " "), "attempts", j.attempt)
+		default:
+			j.next = now.Add(backoff(j.attempt))
+			kept = append(kept, j)
+		}
 	}
-	p.sent.Add(1)
+	return kept
 }
 
-func (p *Purger) send(ctx context.Context, key string) error {
-	target := strings.ReplaceAll(string(p.cfg.URL), "{key}", url.PathEscape(key))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader(key))
+func (p *Purger) untilNext(waiting []*job) time.Duration {
+	d := time.Hour
+	for _, j := range waiting {
+		d = min(d, max(j.next.Sub(p.now()), 0))
+	}
+	return d
+}
+
+// attempt sends j once through the breaker; nil when the CDN
+// acknowledged it.
+func (p *Purger) attempt(ctx context.Context, j *job) error {
+	j.attempt++
+	_, err := p.cb.Execute(func() (struct{}, error) { return struct{}{}, p.send(ctx, j) })
+	if err != nil {
+		p.failed.Add(1)
+		if j.attempt == 1 || !errors.Is(err, gobreaker.ErrOpenState) {
+			p.log.Warn("CDN purge failed", "keys", strings.Join(j.keys, " "), "attempt", j.attempt, "err", err)
+		}
+		return err
+	}
+	p.sent.Add(1)
+	return nil
+}
+
+// send makes the purge requests of j in the configured format.
+func (p *Purger) send(ctx context.Context, j *job) error {
+	base := string(p.cfg.URL)
+	switch p.cfg.Format {
+	case FormatVarnishXkey:
+		header := "xkey-softpurge"
+		if j.hard {
+			header = "xkey-purge"
+		}
+		return p.do(ctx, "PURGE", base, nil, header, strings.Join(j.keys, " "))
+	case FormatCloudflare:
+		body, err := json.Marshal(map[string][]string{"tags": j.keys})
+		if err != nil {
+			return err
+		}
+		return p.do(ctx, http.MethodPost, base, body, "Content-Type", "application/json")
+	case FormatFastly:
+		for _, k := range j.keys {
+			name, value := "", ""
+			if !j.hard {
+				name, value = "Fastly-Soft-Purge", "1"
+			}
+			if err := p.do(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/purge/"+url.PathEscape(k), nil, name, value); err != nil {
+				return err
+			}
+		}
+		return nil
+	default:
+		for _, k := range j.keys {
+			target := strings.ReplaceAll(base, "{key}", url.PathEscape(k))
+			if err := p.do(ctx, http.MethodPost, target, []byte(k), "Content-Type", "text/plain"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// do makes one request with the auth header and one more, and wants 2xx.
+func (p *Purger) do(ctx context.Context, method, target string, body []byte, name, value string) error {
+	req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "text/plain")
-	if name, value, ok := strings.Cut(string(p.cfg.Header), ":"); ok {
-		req.Header.Set(strings.TrimSpace(name), strings.TrimSpace(value))
+	if name != "" {
+		req.Header.Set(name, value)
+	}
+	if n, v, ok := strings.Cut(string(p.cfg.Header), ":"); ok {
+		req.Header.Set(strings.TrimSpace(n), strings.TrimSpace(v))
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
-			return fmt.Errorf("purge %s: %w", key, uerr.Err)
+			return fmt.Errorf("purge %s: %w", method, uerr.Err) // the URL may hold a token
 		}
 		return err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
 	resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("purge %s: status %d", key, resp.StatusCode)
+		return fmt.Errorf("purge %s: status %d", method, resp.StatusCode)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,71 +17,203 @@ import (
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
 
-func TestPurgerPostsEachKey(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got = append(got, r.Method+" "+r.URL.Path+" "+string(body)+" "+r.Header.Get("Fastly-Key"))
-		mu.Unlock()
-	}))
-	defer srv.Close()
-	p := cdn.NewPurger(cdn.Config{
-		URL: settings.DSN(srv.URL + "/purge/{key}"), Header: "Fastly-Key: tok", Timeout: time.Second, Queue: 10,
-	}, slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
+// fakeCDN records each request as "METHOD path body header=value…", and
+// answers with status() (200 when nil).
+type fakeCDN struct {
+	mu     sync.Mutex
+	got    []string
+	status atomic.Int32
+	srv    *httptest.Server
+}
 
-	p.Purge("realty-1", "firm-1")
-	testenv.WaitFor(t, func() bool { return p.Sent() == 2 })
-	mu.Lock()
-	defer mu.Unlock()
-	want := []string{"POST /purge/realty-1 realty-1 tok", "POST /purge/firm-1 firm-1 tok"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("purges %q, want %q", got, want)
+func newFakeCDN(t *testing.T, headers ...string) *fakeCDN {
+	f := &fakeCDN{}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		line := r.Method + " " + r.URL.Path + " " + string(body)
+		for _, h := range headers {
+			if v := r.Header.Get(h); v != "" {
+				line += " " + h + "=" + v
+			}
+		}
+		f.mu.Lock()
+		f.got = append(f.got, line)
+		f.mu.Unlock()
+		if s := f.status.Load(); s != 0 {
+			w.WriteHeader(int(s))
+		}
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeCDN) requests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.got)
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func run(t *testing.T, p *cdn.Purger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func TestPurgeFormats(t *testing.T) {
+	tests := []struct {
+		name   string
+		format string
+		path   string // appended to the fake's URL
+		soft   bool
+		hard   bool
+		want   []string
+	}{
+		{name: "template", format: cdn.FormatTemplate, path: "/purge/{key}", hard: true,
+			want: []string{"POST /purge/realty-1 realty-1 Auth=tok", "POST /purge/firm-1 firm-1 Auth=tok"}},
+		{name: "varnish-xkey hard", format: cdn.FormatVarnishXkey, hard: true,
+			want: []string{"PURGE /  Auth=tok Xkey-Purge=realty-1 firm-1"}},
+		{name: "varnish-xkey soft", format: cdn.FormatVarnishXkey, soft: true,
+			want: []string{"PURGE /  Auth=tok Xkey-Softpurge=realty-1 firm-1"}},
+		{name: "varnish-xkey: a visibility change is hard even when soft is configured", format: cdn.FormatVarnishXkey, soft: true, hard: true,
+			want: []string{"PURGE /  Auth=tok Xkey-Purge=realty-1 firm-1"}},
+		{name: "fastly soft", format: cdn.FormatFastly, path: "/service/abc", soft: true,
+			want: []string{"POST /service/abc/purge/realty-1  Auth=tok Fastly-Soft-Purge=1", "POST /service/abc/purge/firm-1  Auth=tok Fastly-Soft-Purge=1"}},
+		{name: "fastly hard", format: cdn.FormatFastly, path: "/service/abc", hard: true,
+			want: []string{"POST /service/abc/purge/realty-1  Auth=tok", "POST /service/abc/purge/firm-1  Auth=tok"}},
+		{name: "cloudflare: one request with every tag", format: cdn.FormatCloudflare, path: "/zones/z/purge_cache", hard: true,
+			want: []string{`POST /zones/z/purge_cache {"tags":["realty-1","firm-1"]} Auth=tok Content-Type=application/json`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := newFakeCDN(t, "Auth", "Xkey-Purge", "Xkey-Softpurge", "Fastly-Soft-Purge", "Content-Type")
+			p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + tt.path), Header: "Auth: tok", Format: tt.format,
+				Soft: tt.soft, Timeout: time.Second, RepurgeAfter: time.Hour, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+			run(t, p)
+			p.Purge(context.Background(), tt.hard, "realty-1", "firm-1")
+			testenv.WaitFor(t, func() bool { return len(fake.requests()) >= len(tt.want) })
+			got := fake.requests()
+			for i := range got {
+				got[i] = stripContentType(got[i], tt.format)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("requests\n%q\nwant\n%q", got, tt.want)
+			}
+		})
 	}
 }
 
-func TestPurgerNeverBlocksAndCountsFailures(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusInternalServerError)
-	}))
-	defer srv.Close()
-	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(srv.URL + "/{key}"), Timeout: time.Second, Queue: 2},
-		slog.New(slog.DiscardHandler))
+// stripContentType drops the text/plain Content-Type of template purges,
+// which the table does not spell out.
+func stripContentType(line, format string) string {
+	if format != cdn.FormatTemplate {
+		return line
+	}
+	const ct = " Content-Type=text/plain"
+	if i := len(line) - len(ct); i > 0 && line[i:] == ct {
+		return line[:i]
+	}
+	return line
+}
 
-	// Nothing runs the queue yet: the third key is dropped, not waited for.
-	p.Purge("a", "b", "c")
+// TestPurgeSurvivesAnOutage: purges made while the CDN fails are retried
+// and delivered soon after it answers again, without another write.
+func TestPurgeSurvivesAnOutage(t *testing.T) {
+	fake := newFakeCDN(t)
+	fake.status.Store(http.StatusServiceUnavailable)
+	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
+		RepurgeAfter: time.Hour, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	run(t, p)
+	for i := range 6 {
+		p.Purge(context.Background(), true, "realty-"+string(rune('1'+i)))
+	}
+	testenv.WaitFor(t, func() bool { return p.Failed() >= 10 }) // the breaker has opened
+	fake.status.Store(0)
+	testenv.WaitFor(t, func() bool { return p.Sent() == 6 }) // within 5 s, without a new write
+	if p.Dropped() != 0 {
+		t.Fatalf("%d purges dropped", p.Dropped())
+	}
+}
+
+func TestPurgeGivenUpOnceTheCopyExpired(t *testing.T) {
+	fake := newFakeCDN(t)
+	fake.status.Store(http.StatusInternalServerError)
+	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
+		RepurgeAfter: time.Hour, GiveUpAfter: 300 * time.Millisecond, Queue: 10}, quiet())
+	run(t, p)
+	p.Purge(context.Background(), true, "realty-1")
+	testenv.WaitFor(t, func() bool { return p.Dropped() == 1 })
+	if p.Failed() < 2 {
+		t.Fatalf("given up after %d attempts, want retries first", p.Failed())
+	}
+}
+
+// TestPurgeIsRepeated: each purge goes out again after RepurgeAfter, for
+// a CDN fetch that was in flight during the write.
+func TestPurgeIsRepeated(t *testing.T) {
+	fake := newFakeCDN(t)
+	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
+		RepurgeAfter: 200 * time.Millisecond, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	run(t, p)
+	p.Purge(context.Background(), true, "realty-1")
+	testenv.WaitFor(t, func() bool { return len(fake.requests()) == 1 })
+	first := time.Now()
+	testenv.WaitFor(t, func() bool { return len(fake.requests()) == 2 })
+	if took := time.Since(first); took < 150*time.Millisecond {
+		t.Fatalf("repeated after %v, want after RepurgeAfter", took)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if n := len(fake.requests()); n != 2 {
+		t.Fatalf("%d requests, want the purge and one repeat", n)
+	}
+}
+
+// TestSyncPurge: with Sync a hard purge has reached the CDN when Purge
+// returns; a failing CDN costs the write at most the timeout, and the
+// purge is retried afterwards.
+func TestSyncPurge(t *testing.T) {
+	fake := newFakeCDN(t)
+	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Sync: true, Timeout: 300 * time.Millisecond,
+		RepurgeAfter: time.Hour, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	run(t, p)
+	p.Purge(context.Background(), true, "realty-1")
+	if got := fake.requests(); len(got) != 1 {
+		t.Fatalf("requests when Purge returned: %q, want the purge", got)
+	}
+	fake.status.Store(http.StatusBadGateway)
+	began := time.Now()
+	p.Purge(context.Background(), true, "realty-2")
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("a failing CDN held the write %v", took)
+	}
+	fake.status.Store(0)
+	testenv.WaitFor(t, func() bool { return p.Sent() == 2 })
+}
+
+func TestPurgerNeverBlocks(t *testing.T) {
+	fake := newFakeCDN(t)
+	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second, GiveUpAfter: time.Minute, Queue: 2}, quiet())
+	// Nothing runs the queue yet: the third purge is dropped, not waited for.
+	for _, k := range []string{"a", "b", "c"} {
+		p.Purge(context.Background(), true, k)
+	}
 	if p.Dropped() != 1 {
 		t.Fatalf("dropped = %d, want 1 for a full queue", p.Dropped())
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
-	testenv.WaitFor(t, func() bool { return p.Dropped() == 3 })
-	if p.Sent() != 0 {
-		t.Fatalf("sent = %d for a failing CDN", p.Sent())
 	}
 }
 
 func TestPurgerSendsWhatIsQueuedWhenStopped(t *testing.T) {
-	var mu sync.Mutex
-	got := 0
-	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-		mu.Lock()
-		got++
-		mu.Unlock()
-	}))
-	defer srv.Close()
-	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(srv.URL + "/{key}"), Timeout: time.Second, Queue: 10},
-		slog.New(slog.DiscardHandler))
-	p.Purge("a", "b", "c")
+	fake := newFakeCDN(t)
+	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	for _, k := range []string{"a", "b", "c"} {
+		p.Purge(context.Background(), true, k)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // shutting down before the worker saw them
 	p.Run(ctx)
-	if p.Sent() != 3 || got != 3 {
-		t.Fatalf("sent %d, received %d; want the 3 queued purges drained", p.Sent(), got)
+	if p.Sent() != 3 || len(fake.requests()) != 3 {
+		t.Fatalf("sent %d, received %d; want the 3 queued purges drained", p.Sent(), len(fake.requests()))
 	}
 }

@@ -31,8 +31,10 @@ type Config struct {
 	CDN   CDN   `yaml:"cdn" envPrefix:"CDN_"`
 
 	// RetryAfter is the Retry-After of a 503: the store breaker's open
-	// time. The wiring sets it; it is not a setting of its own.
+	// time. CacheTTL is how long a cached copy is fresh, for the Age of a
+	// stale one. The wiring sets both; they are not settings of their own.
 	RetryAfter time.Duration `yaml:"-"`
+	CacheTTL   time.Duration `yaml:"-"`
 }
 
 // JWT configures token issuance and checks.
@@ -64,6 +66,10 @@ type CDN struct {
 	SMaxAge              time.Duration `yaml:"sMaxAge" env:"S_MAXAGE" help:"s-maxage of public listings"`
 	StaleWhileRevalidate time.Duration `yaml:"staleWhileRevalidate" env:"STALE_WHILE_REVALIDATE" help:"stale-while-revalidate of public listings"`
 	StaleIfError         time.Duration `yaml:"staleIfError" env:"STALE_IF_ERROR" help:"stale-if-error of public listings"`
+	// OriginSecret lets the CDN read active listings without a user's
+	// token, for revalidation and pre-warming: sent in OriginHeader.
+	OriginSecret settings.Secret `yaml:"originSecret" env:"ORIGIN_SECRET" help:"secret the CDN sends in the origin header to read active listings without a token (secret); empty = off"`
+	OriginHeader string          `yaml:"originHeader" env:"ORIGIN_HEADER" help:"header that carries the origin secret"`
 }
 
 // DefaultConfig is the gateway's part of the built-in defaults.
@@ -82,8 +88,9 @@ func DefaultConfig() Config {
 			AccountFailures: 20, IPAttempts: 300, KeyAttempts: 1000, UnknownKeyAttempts: 1000,
 			IPv6Prefix: 64, LimitPeriod: 15 * time.Minute,
 		},
-		CDN:        CDN{SMaxAge: time.Minute, StaleWhileRevalidate: 30 * time.Second, StaleIfError: time.Hour},
+		CDN:        CDN{SMaxAge: time.Minute, StaleWhileRevalidate: 30 * time.Second, StaleIfError: time.Hour, OriginHeader: "X-Origin-Auth"},
 		RetryAfter: 5 * time.Second,
+		CacheTTL:   5 * time.Minute,
 	}
 }
 
@@ -131,6 +138,9 @@ func (c Config) Validate() error {
 	notNegative("http.cdn.sMaxAge", c.CDN.SMaxAge)
 	notNegative("http.cdn.staleWhileRevalidate", c.CDN.StaleWhileRevalidate)
 	notNegative("http.cdn.staleIfError", c.CDN.StaleIfError)
+	if c.CDN.OriginSecret != "" && (len(c.CDN.OriginSecret) < 32 || c.CDN.OriginHeader == "") {
+		errs = append(errs, errors.New("http.cdn.originSecret needs at least 32 bytes and an originHeader"))
+	}
 	if _, err := c.trustedProxies(); err != nil {
 		errs = append(errs, err)
 	}

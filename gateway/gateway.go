@@ -50,10 +50,11 @@ type RateLimiter interface {
 	Reserve(ctx context.Context, key string, lim ratelimit.Limit) (time.Duration, func(context.Context))
 }
 
-// Purger asks a CDN to drop what it holds under surrogate keys. It must
-// not block.
+// Purger asks a CDN to drop what it holds under surrogate keys; hard:
+// not even a stale copy may be served. It returns once the purge is
+// queued, or, with synchronous purges, delivered or timed out.
 type Purger interface {
-	Purge(keys ...string)
+	Purge(ctx context.Context, hard bool, keys ...string)
 }
 
 // Accounts finds firms and users for login.
@@ -64,21 +65,25 @@ type Accounts interface {
 
 // Server holds the gateway's dependencies.
 type Server struct {
-	cfg       Config
-	keys      []SigningKey
-	limits    loginLimits
-	proxies   []netip.Prefix
-	listings  Listings
-	accounts  Accounts
-	purger    Purger
-	limiter   RateLimiter
-	verified  *otter.Cache[uint64, *verifiedToken]
+	cfg      Config
+	keys     []SigningKey
+	limits   loginLimits
+	proxies  []netip.Prefix
+	listings Listings
+	accounts Accounts
+	purger   Purger
+	limiter  RateLimiter
+	verified *otter.Cache[uint64, *verifiedToken]
+	// origin is the principal of a CDN that proved the origin secret: no
+	// firm, so it reads active listings only.
+	origin    *verifiedToken
 	tokenSeed maphash.Seed
 	// knownKeys holds digests of API keys that resolved to a firm lately.
 	knownKeys    *expirable.LRU[[sha256.Size]byte, struct{}]
 	pseudonymKey []byte
 	// privateCacheControl and publicCacheControl are built once by New.
 	privateCacheControl []byte
+	staleCacheControl   string
 	publicCacheControl  string
 	log                 *slog.Logger
 	hashing             *semaphore.Weighted
@@ -115,9 +120,10 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 	if err != nil {
 		return nil, fmt.Errorf("gateway: request id prefix: %w", err)
 	}
-	private, public := cacheControls(cfg)
+	private, public, stale := cacheControls(cfg)
 	return &Server{
 		privateCacheControl: []byte(private),
+		staleCacheControl:   stale,
 		publicCacheControl:  public,
 		cfg:                 cfg,
 		keys:                keys,
@@ -129,6 +135,7 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 		limiter:             limiter,
 		verified:            newVerifiedTokens(),
 		tokenSeed:           maphash.MakeSeed(),
+		origin:              &verifiedToken{},
 		knownKeys:           expirable.NewLRU[[sha256.Size]byte, struct{}](knownKeys, nil, cfg.Login.LimitPeriod),
 		pseudonymKey:        pseudonymKey(keys),
 		log:                 log,
@@ -164,7 +171,7 @@ func (s *Server) App() *fiber.App {
 	auth := s.requireToken()
 	app.Post("/auth/login", s.login)
 	app.Post("/realty", auth, s.create)
-	app.Get("/realty/:ref", auth, s.view)
+	app.Get("/realty/:ref", s.originOr(auth), s.view)
 	app.Put("/realty/:ref", auth, s.replace)
 	app.Delete("/realty/:ref", auth, s.remove)
 	return app
@@ -188,7 +195,7 @@ func seconds(d time.Duration, lowest int) int {
 type NoPurge struct{}
 
 // Purge does nothing.
-func (NoPurge) Purge(...string) {}
+func (NoPurge) Purge(context.Context, bool, ...string) {}
 
 // knownKeys bounds how many resolving API keys are remembered.
 const knownKeys = 10_000

@@ -73,6 +73,8 @@ type fixtureOptions struct {
 	accounts func(Accounts) Accounts
 	// limiter replaces the in-process login limiter.
 	limiter RateLimiter
+	// listings wraps the listing cache.
+	listings func(Listings) Listings
 }
 
 func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
@@ -135,7 +137,11 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 	if purger == nil {
 		purger = NoPurge{}
 	}
-	srv, err := New(cfg, listings, accounts, limiter, purger, log)
+	var wrapped Listings = listings
+	if o.listings != nil {
+		wrapped = o.listings(wrapped)
+	}
+	srv, err := New(cfg, wrapped, accounts, limiter, purger, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func (s *Server) view(c *fiber.Ctx) error {
 	if !e.Active && e.FirmID != principalOf(c).FirmID {
 		return upstream.ErrNotFound
 	}
-	s.cacheHeaders(c, e)
+	s.cacheHeaders(c, e, now)
 	// Header names here are in fasthttp's normalized form already
 	// ("Etag", "X-Request-Id"): SetCanonical skips normalizing them, which
 	// costs more than the rest of a hit.
@@ -78,11 +78,26 @@ func (s *Server) view(c *fiber.Ctx) error {
 // reuse a response to a request with Authorization unless it is marked
 // public). In CDN mode active listings are public and tagged for purging;
 // passive listings never are.
-func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry) {
+//
+// A stale copy, served while the store fails, is never sent as fresh: it
+// carries its Age, and shared caches get no freshness lifetime, only
+// stale-if-error, so a CDN keeps asking and stores the fresh version as
+// soon as the store answers.
+func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry, now time.Time) {
 	h := &c.Response().Header
 	h.SetCanonical([]byte("Etag"), e.ETag)
+	stale := e.State == cache.Stale
+	if stale {
+		storedAt := e.FreshUntil - s.cfg.CacheTTL.Milliseconds()
+		var buf [20]byte
+		h.SetCanonical([]byte("Age"), strconv.AppendInt(buf[:0], max(0, (now.UnixMilli()-storedAt)/1000), 10))
+	}
 	if s.cfg.CDN.Enabled && e.Active {
-		c.Set(fiber.HeaderCacheControl, s.publicCacheControl)
+		if stale {
+			c.Set(fiber.HeaderCacheControl, s.staleCacheControl)
+		} else {
+			c.Set(fiber.HeaderCacheControl, s.publicCacheControl)
+		}
 		keys := surrogateKeys(e.ID, e.FirmID)
 		c.Set("Surrogate-Key", strings.Join(keys, " "))
 		c.Set("Cache-Tag", strings.Join(keys, ","))
@@ -92,9 +107,10 @@ func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry) {
 	h.SetCanonical([]byte(fiber.HeaderVary), []byte(fiber.HeaderAuthorization))
 }
 
-// cacheControls returns the two Cache-Control values of listing responses,
-// built once: for private responses, and for public ones in CDN mode.
-func cacheControls(cfg Config) (private, public string) {
+// cacheControls returns the Cache-Control values of listing responses,
+// built once: for private responses, for public ones in CDN mode, and for
+// public ones served stale.
+func cacheControls(cfg Config) (private, public, stale string) {
 	private = "private, no-cache"
 	if cfg.MaxAge > 0 {
 		private = "private, max-age=" + strconv.Itoa(seconds(cfg.MaxAge, 0))
@@ -103,7 +119,8 @@ func cacheControls(cfg Config) (private, public string) {
 		", s-maxage=" + strconv.Itoa(seconds(cfg.CDN.SMaxAge, 0)) +
 		", stale-while-revalidate=" + strconv.Itoa(seconds(cfg.CDN.StaleWhileRevalidate, 0)) +
 		", stale-if-error=" + strconv.Itoa(seconds(cfg.CDN.StaleIfError, 0))
-	return private, public
+	stale = "public, max-age=0, s-maxage=0, stale-if-error=" + strconv.Itoa(seconds(cfg.CDN.StaleIfError, 0))
+	return private, public, stale
 }
 
 // surrogateKeys tag a listing response for CDN purges: by listing, and by
@@ -163,11 +180,12 @@ func (s *Server) create(c *fiber.Ctx) error {
 	}
 	p := principalOf(c)
 	l.FirmID, l.FirmUserID = p.FirmID, p.FirmUserID
-	stored, e, err := s.listings.Create(s.requestContext(c), l)
+	ctx := s.requestContext(c)
+	stored, e, err := s.listings.Create(ctx, l)
 	if err != nil {
 		return err
 	}
-	s.purger.Purge(listingKey(stored.ID))
+	s.purger.Purge(ctx, false, listingKey(stored.ID))
 	c.Location("/realty/" + strconv.FormatInt(stored.ID, 10))
 	return s.sendWritten(c.Status(fiber.StatusCreated), e)
 }
@@ -203,11 +221,13 @@ func (s *Server) replace(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	stored, e, err := s.listings.Replace(s.requestContext(c), current, next)
+	ctx := s.requestContext(c)
+	stored, e, err := s.listings.Replace(ctx, current, next)
 	if err != nil {
 		return err
 	}
-	s.purger.Purge(listingKey(stored.ID))
+	// A listing that stops being public must not be served even stale.
+	s.purger.Purge(ctx, current.IsActive && !stored.IsActive, listingKey(stored.ID))
 	return s.sendWritten(c, e)
 }
 
@@ -219,7 +239,7 @@ func (s *Server) remove(c *fiber.Ctx) error {
 	if err := s.listings.Delete(s.requestContext(c), current); err != nil {
 		return err
 	}
-	s.purger.Purge(listingKey(current.ID))
+	s.purger.Purge(s.requestContext(c), true, listingKey(current.ID))
 	return c.SendStatus(fiber.StatusNoContent)
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -259,15 +260,23 @@ func TestCacheStatus(t *testing.T) {
 
 type recordingPurger struct {
 	mu   sync.Mutex
-	keys []string
+	keys []string // "hard realty-1" or "soft realty-1"
 }
 
-func (p *recordingPurger) Purge(keys ...string) {
+func (p *recordingPurger) Purge(_ context.Context, hard bool, keys ...string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.keys = append(p.keys, keys...)
+	kind := "soft"
+	if hard {
+		kind = "hard"
+	}
+	for _, k := range keys {
+		p.keys = append(p.keys, kind+" "+k)
+	}
 }
 
+// TestWritesPurgeTheCDN: every write purges its listing's key; a write
+// that hides a listing (active to passive, delete) purges hard.
 func TestWritesPurgeTheCDN(t *testing.T) {
 	p := &recordingPurger{}
 	f := newFixtureWith(t, cdnMode, p)
@@ -276,10 +285,14 @@ func TestWritesPurgeTheCDN(t *testing.T) {
 	if resp, b := f.send(t, http.MethodPut, "/realty/1", auth, body); resp.StatusCode != 200 {
 		t.Fatalf("PUT: %d %s", resp.StatusCode, b)
 	}
+	passive := strings.Replace(body, `"isActive":true`, `"isActive":false`, 1)
+	if resp, b := f.send(t, http.MethodPut, "/realty/1", auth, passive); resp.StatusCode != 200 {
+		t.Fatalf("PUT passive: %d %s", resp.StatusCode, b)
+	}
 	if resp, _ := f.send(t, http.MethodDelete, "/realty/2", auth, ""); resp.StatusCode != 204 {
 		t.Fatalf("DELETE: %d", resp.StatusCode)
 	}
-	want := []string{"realty-1", "realty-2"}
+	want := []string{"soft realty-1", "hard realty-1", "hard realty-2"}
 	if !slices.Equal(p.keys, want) {
 		t.Fatalf("purged %q, want %q", p.keys, want)
 	}
