@@ -85,6 +85,8 @@ func TestOriginSecret(t *testing.T) {
 		{name: "a write with the secret", change: withSecret, method: http.MethodDelete, path: "/realty/1", header: map[string]string{"X-Origin-Auth": secret}, want: 401},
 		{name: "not configured: the header is ignored", path: "/realty/1", header: map[string]string{"X-Origin-Auth": secret}, want: 401},
 		{name: "token still works", change: withSecret, path: "/realty/2", header: map[string]string{"Authorization": "<owner>"}, want: 200},
+		{name: "a token wins over the secret", change: withSecret, path: "/realty/2",
+			header: map[string]string{"Authorization": "<owner>", "X-Origin-Auth": secret}, want: 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,403 @@
+// Package cdn_test runs the shipped varnish.vcl in a real Varnish in front
+// of a real gateway (PostgreSQL, Redis), with the gateway purging through
+// xkey. It is opt-in (GATEWAY_VARNISH=1, set by .ci/run, which installs
+// varnish and varnish-modules where missing).
+package cdn_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/realty-gateway/gateway/internal/gatewaytest"
+	"github.com/realty-gateway/gateway/internal/testenv"
+)
+
+const originSecret = "varnish-test-origin-secret-0123456789"
+
+// edge is a gateway in CDN mode behind Varnish: the gateway reaches
+// Varnish's purge port through purgeProxy, and Varnish reaches the gateway
+// through originProxy, so a test can cut or slow either.
+type edge struct {
+	gw                      *gatewaytest.Process
+	bin                     string
+	env                     map[string]string
+	varnish                 string // base URL
+	purgeProxy, originProxy *gatewaytest.Proxy
+	owner, other            string // tokens: the listings' firm, another firm
+	firm                    int64
+	client                  *http.Client
+}
+
+func startEdge(t *testing.T) *edge {
+	t.Helper()
+	if os.Getenv("GATEWAY_VARNISH") != "1" {
+		t.Skip("SKIP: the Varnish test is opt-in; run it with GATEWAY_VARNISH=1 go test -count=1 -v ./deploy/cdn/")
+	}
+	if _, err := exec.LookPath("varnishd"); err != nil {
+		t.Fatal("varnishd not installed (apt-get install varnish varnish-modules)")
+	}
+	bin, err := gatewaytest.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &edge{client: &http.Client{Timeout: 10 * time.Second}}
+	varnishAddr := gatewaytest.FreeAddr(t)
+	e.varnish = "http://" + varnishAddr
+	e.purgeProxy = gatewaytest.NewProxy(t, varnishAddr)
+	prefix := testenv.RandomName("cdn") + ":"
+	env := map[string]string{
+		"GATEWAY_DATA_DIR":           t.TempDir(),
+		"GATEWAY_STORE_URL":          testenv.PostgresURL(t),
+		"GATEWAY_REDIS_URL":          "redis://" + testenv.RedisAddr(t) + "/0",
+		"GATEWAY_REDIS_PREFIX":       prefix,
+		"GATEWAY_JWT_SECRET":         "varnish-test-secret-varnish-test-secret",
+		"GATEWAY_CDN_MODE":           "true",
+		"GATEWAY_CDN_S_MAXAGE":       "60s",
+		"GATEWAY_CDN_PURGE_FORMAT":   "varnish-xkey",
+		"GATEWAY_CDN_PURGE_URL":      "http://" + e.purgeProxy.Addr() + "/",
+		"GATEWAY_CDN_PURGE_SYNC":     "true",
+		"GATEWAY_CDN_PURGE_TIMEOUT":  "500ms",
+		"GATEWAY_CDN_REPURGE_AFTER":  "1500ms",
+		"GATEWAY_CDN_ORIGIN_SECRET":  originSecret,
+		"GATEWAY_STORE_TIMEOUT":      "500ms",
+		"GATEWAY_CACHE_TTL":          "1s",
+		"GATEWAY_BREAKER_OPEN_FOR":   "1s",
+		"GATEWAY_BREAKER_WINDOW":     "5s",
+		"GATEWAY_LOGIN_IP_ATTEMPTS":  "100000",
+		"GATEWAY_LOCAL_CACHE_BYTES":  "0",
+		"GATEWAY_LOGIN_KEY_ATTEMPTS": "100000",
+	}
+	f := gatewaytest.Admin(t, bin, env, "", "firm", "add", "--name", "Edge Realty")
+	e.firm = int64(f["firmId"].(float64))
+	f2 := gatewaytest.Admin(t, bin, env, "", "firm", "add", "--name", "Other Realty")
+	gatewaytest.Admin(t, bin, env, "", "user", "add", "--firm", fmt.Sprint(e.firm), "--email", "a@edge.example")
+	gatewaytest.Admin(t, bin, env, "", "user", "add", "--firm", fmt.Sprint(int64(f2["firmId"].(float64))), "--email", "b@other.example")
+	listings := fmt.Sprintf(`[{"id":1,"no":1,"firmId":%[1]d,"firmUserId":1,"title":"v0","categoryId":1,"location":{"cityId":34}},
+		{"id":2,"no":2,"firmId":%[1]d,"firmUserId":1,"title":"passive","isActive":false,"categoryId":1,"location":{"cityId":34}}]`, e.firm)
+	gatewaytest.Admin(t, bin, env, listings, "listing", "import", "-")
+	e.gw = gatewaytest.Start(t, bin, env)
+	e.bin, e.env = bin, env
+	e.originProxy = gatewaytest.NewProxy(t, strings.TrimPrefix(e.gw.Base, "http://"))
+	e.owner = e.token(t, f["apiKey"].(string), "a@edge.example")
+	e.other = e.token(t, f2["apiKey"].(string), "b@other.example")
+	e.startVarnish(t, varnishAddr)
+	return e
+}
+
+func (e *edge) token(t *testing.T, key, email string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.gw.Base+"/auth/login", strings.NewReader(fmt.Sprintf(`{"email":%q,"key":%q}`, email, key)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "varnish-test")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ JWTToken string }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.JWTToken == "" {
+		t.Fatalf("login %s: %d %v", email, resp.StatusCode, err)
+	}
+	return out.JWTToken
+}
+
+// startVarnish runs varnishd with the shipped VCL, its backend pointed at
+// the origin proxy and its origin secret set.
+func (e *edge) startVarnish(t *testing.T, addr string) {
+	t.Helper()
+	vcl, err := os.ReadFile("varnish.vcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(e.originProxy.Addr())
+	src := strings.Replace(string(vcl), `.port = "8080";`, `.port = "`+port+`";`, 1)
+	src = strings.Replace(src, `.host = "127.0.0.1";`, `.host = "`+host+`";`, 1)
+	src = strings.Replace(src, "CHANGE-ME-origin-secret-of-at-least-32-bytes", originSecret, 1)
+	// varnishd reads the VCL as its own unprivileged user: not in a
+	// directory only root may enter, as t.TempDir's are.
+	dir, err := os.MkdirTemp("", "varnish-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "test.vcl")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("varnishd", "-F", "-a", addr, "-f", path, "-n", filepath.Join(dir, "n"), "-s", "malloc,32m",
+		"-p", "default_grace=0s")
+	logPath := filepath.Join(dir, "varnishd.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	log := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("varnishd:\n%s", log())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if resp, err := http.Get(e.varnish + "/realty/1"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable { // the probe has marked the gateway healthy
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			resp, err := http.Get(e.varnish + "/realty/1")
+			if err == nil {
+				resp.Body.Close()
+			}
+			t.Fatalf("varnishd did not serve on %s (%v %v)", addr, resp, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type answer struct {
+	status      int
+	title       string
+	cacheStatus string
+	control     string
+	age         string
+}
+
+// get reads a listing through Varnish (token may be empty).
+func (e *edge) get(t *testing.T, path, token string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.varnish+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s through Varnish: %v", path, err)
+	}
+	defer resp.Body.Close()
+	var l struct{ Title string }
+	_ = json.NewDecoder(resp.Body).Decode(&l)
+	return answer{status: resp.StatusCode, title: l.Title, cacheStatus: resp.Header.Get("Cache-Status"),
+		control: resp.Header.Get("Cache-Control"), age: resp.Header.Get("Age")}
+}
+
+// put updates listing 1 on the gateway directly; it returns when the write
+// (and, with sync purges, its hard purge) is done.
+func (e *edge) put(t *testing.T, title string, active bool) time.Duration {
+	t.Helper()
+	return e.putOn(t, e.gw.Base, title, active)
+}
+
+func (e *edge) putOn(t *testing.T, base, title string, active bool) time.Duration {
+	t.Helper()
+	began := time.Now()
+	body := fmt.Sprintf(`{"title":%q,"categoryId":1,"location":{"cityId":34},"isActive":%v}`, title, active)
+	req, _ := http.NewRequest(http.MethodPut, base+"/realty/1", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+e.owner)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT %s: %d", title, resp.StatusCode)
+	}
+	return time.Since(began)
+}
+
+func TestVarnish(t *testing.T) {
+	e := startEdge(t)
+
+	t.Run("1 hits are shared", func(t *testing.T) {
+		first := e.get(t, "/realty/1", e.owner)
+		second := e.get(t, "/realty/1", e.other)
+		third := e.get(t, "/realty/1?utm=x", "")
+		if first.status != 200 || second.status != 200 || third.status != 200 {
+			t.Fatalf("statuses %d %d %d", first.status, second.status, third.status)
+		}
+		for _, a := range []answer{second, third} {
+			if !strings.Contains(a.cacheStatus, "varnish; hit") {
+				t.Fatalf("Cache-Status %q: another user's (or no) token, a query string: want a Varnish hit", a.cacheStatus)
+			}
+		}
+	})
+
+	t.Run("2 synchronous purge: no old read after a write", func(t *testing.T) {
+		old := 0
+		var sync []time.Duration
+		for v := 1; v <= 200; v++ {
+			e.get(t, "/realty/1", "") // Varnish holds the current version
+			want := fmt.Sprintf("v%d", v)
+			sync = append(sync, e.put(t, want, true))
+			if got := e.get(t, "/realty/1", e.other); got.title != want {
+				old++
+				t.Errorf("GET right after the write of %s: %q (%s)", want, got.title, got.cacheStatus)
+			}
+		}
+		if old > 0 {
+			t.Fatalf("%d of 200 reads after a write were old", old)
+		}
+		// The cost: the same writes on a gateway that queues its purges.
+		env := maps.Clone(e.env)
+		env["GATEWAY_CDN_PURGE_SYNC"] = "false"
+		queued := gatewaytest.Start(t, e.bin, env)
+		var async []time.Duration
+		for v := 1; v <= 200; v++ {
+			e.get(t, "/realty/1", "")
+			async = append(async, e.putOn(t, queued.Base, fmt.Sprintf("q%d", v), true))
+		}
+		t.Logf("PUT latency with a synchronous purge: p50 %v, p99 %v; with queued purges: p50 %v, p99 %v (200 writes each)",
+			quantile(sync, 50), quantile(sync, 99), quantile(async, 50), quantile(async, 99))
+		e.put(t, "v200", true)
+		e.get(t, "/realty/1", "")
+		e.put(t, "hidden", false)
+		if got := e.get(t, "/realty/1", e.other); got.status != http.StatusNotFound {
+			t.Fatalf("deactivated listing, next request by another firm: %d %q (%s)", got.status, got.title, got.cacheStatus)
+		}
+		if got := e.get(t, "/realty/1", e.owner); got.status != 200 || got.title != "hidden" {
+			t.Fatalf("deactivated listing, its owner: %d %q", got.status, got.title)
+		}
+		e.put(t, "back", true)
+	})
+
+	t.Run("3 a purge queued while the CDN was unreachable is delivered within 5s of its return", func(t *testing.T) {
+		e.get(t, "/realty/1", "")
+		e.purgeProxy.Stop()
+		e.put(t, "during-outage", true)
+		if got := e.get(t, "/realty/1", ""); got.title == "during-outage" {
+			t.Log("NOTE: Varnish had no copy; the outage did not keep one")
+		}
+		if err := e.purgeProxy.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		back := time.Now()
+		for e.get(t, "/realty/1", "").title != "during-outage" {
+			if time.Since(back) > 5*time.Second {
+				t.Fatal("the queued purge was not delivered within 5s of the CDN's return")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
+	t.Run("4 a fetch in flight during a write is purged by the repeat", func(t *testing.T) {
+		e.put(t, "before-fetch", true) // Varnish holds nothing for listing 1 now
+		e.originProxy.SetLatency(time.Second)
+		var wg sync.WaitGroup
+		var inFlight answer
+		wg.Go(func() { inFlight = e.get(t, "/realty/1", "") })
+		time.Sleep(300 * time.Millisecond)
+		e.originProxy.SetLatency(0)
+		e.put(t, "after-fetch", true) // its purge matches nothing yet
+		wg.Wait()
+		if inFlight.title != "before-fetch" {
+			t.Logf("NOTE: the slow fetch returned %q; the race did not happen", inFlight.title)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for e.get(t, "/realty/1", "").title != "after-fetch" {
+			if time.Now().After(deadline) {
+				t.Fatal("the old version fetched during the write stayed in Varnish: no repeat purge")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
+	t.Run("5 a stale answer is not stored as fresh", func(t *testing.T) {
+		e.get(t, "/realty/1", "")
+		e.put(t, "before-store-down", true) // the gateway's cache holds it, fresh for 1s
+		time.Sleep(1100 * time.Millisecond)
+		stop := stopStore(t, e)
+		got := e.get(t, "/realty/1", "")
+		stop()
+		if got.status != 200 || !strings.Contains(got.cacheStatus, "stale-if-error") {
+			t.Fatalf("with the store down: %d %q; want the gateway's stale copy", got.status, got.cacheStatus)
+		}
+		if !strings.Contains(got.control, "s-maxage=0") || got.age == "" {
+			t.Fatalf("stale answer Cache-Control %q, Age %q: want no shared freshness and an Age", got.control, got.age)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			a := e.get(t, "/realty/1", "")
+			if !strings.Contains(a.cacheStatus, "stale-if-error") && a.title == "before-store-down" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Varnish kept the stale answer after the store came back: %q", a.cacheStatus)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
+	t.Run("6 the origin secret reads active listings and nothing else", func(t *testing.T) {
+		if got := e.get(t, "/realty/1", ""); got.status != 200 {
+			t.Fatalf("active listing without a token through Varnish: %d", got.status)
+		}
+		if got := e.get(t, "/realty/2", ""); got.status != http.StatusNotFound {
+			t.Fatalf("passive listing without a token through Varnish: %d, want 404", got.status)
+		}
+		if got := e.get(t, "/realty/2", e.owner); got.status != 200 || got.title != "passive" {
+			t.Fatalf("passive listing with its owner's token through Varnish: %d %q", got.status, got.title)
+		}
+		req, _ := http.NewRequest(http.MethodGet, e.gw.Base+"/realty/1", nil)
+		req.Header.Set("X-Origin-Auth", originSecret+"x")
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a wrong origin secret: %d, want 401", resp.StatusCode)
+		}
+	})
+}
+
+func quantile(ds []time.Duration, q int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)*q/100].Round(10 * time.Microsecond)
+}
+
+// stopStore makes the gateway's store fail (a closed database) and returns
+// how to undo it.
+func stopStore(t *testing.T, e *edge) func() {
+	t.Helper()
+	u, err := url.Parse(e.gw.Env["GATEWAY_STORE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	admin := os.Getenv("GATEWAY_TEST_POSTGRES_URL")
+	if admin == "" {
+		admin = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	exec1 := func(sql string) {
+		if out, err := exec.Command("psql", admin, "-qtAc", sql).CombinedOutput(); err != nil {
+			t.Fatalf("psql %s: %v\n%s", sql, err, out)
+		}
+	}
+	exec1("ALTER DATABASE " + db + " WITH ALLOW_CONNECTIONS false")
+	exec1("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" + db + "'")
+	return func() { exec1("ALTER DATABASE " + db + " WITH ALLOW_CONNECTIONS true") }
+}
