@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -200,5 +202,34 @@ func TestEndToEndLocalTierRedisUnreachable(t *testing.T) {
 	// write's invalidation never reached it.
 	if got := titleOf(t, reader.view(t, path, readTok)); got != "v1" {
 		t.Fatalf("read after the tier came back: %q, want v1", got)
+	}
+}
+
+// TestEndToEndCDNPurgeCommand: the operator's purge of a firm's tag and of
+// one listing (by number), sent once and acknowledged.
+func TestEndToEndCDNPurgeCommand(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	fake := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.Path+" "+r.Header.Get("Purge-Token"))
+		mu.Unlock()
+	}))
+	defer fake.Close()
+	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	e["GATEWAY_CDN_PURGE_URL"] = fake.URL + "/purge/{key}"
+	e["GATEWAY_CDN_PURGE_HEADER"] = "Purge-Token: tok"
+	if out := admin(t, e, "", "cdn", "purge", "--firm", fmt.Sprint(w.firm)); out["purged"] != fmt.Sprintf("firm-%d", w.firm) {
+		t.Fatalf("firm purge printed %v", out)
+	}
+	if out := admin(t, e, "", "cdn", "purge", "--listing", fmt.Sprintf("%d-7", w.firm)); out["purged"] != "realty-1001" {
+		t.Fatalf("listing purge printed %v", out)
+	}
+	want := []string{fmt.Sprintf("POST /purge/firm-%d tok", w.firm), "POST /purge/realty-1001 tok"}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Fatalf("the CDN received %q, want %q", got, want)
 	}
 }

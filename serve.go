@@ -50,10 +50,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	backgroundDone.Go(func() { listings.Repair(background, time.Second) })
 	backgroundDone.Go(func() { listings.Run(background) })
 	var purger gateway.Purger = gateway.NoPurge{}
+	var cdnPurger *cdn.Purger
 	if cfg.Purge.URL != "" {
-		p := cdn.NewPurger(cfg.Purge, log)
-		backgroundDone.Go(func() { p.Run(background) })
-		purger = p
+		cdnPurger = cdn.NewPurger(cfg.Purge, log)
+		backgroundDone.Go(func() { cdnPurger.Run(background) })
+		purger = cdnPurger
 	}
 	limiter := ratelimit.New(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout, log)
 	srv, err := gateway.New(cfg.HTTP, listings, guarded, limiter, purger, log)
@@ -61,7 +62,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	var ready atomic.Bool
-	return listen(ctx, cfg.Server, srv, newAdmin(cfg.Server.AdminAddr, &ready, listings, guarded, srv), &ready, log)
+	return listen(ctx, cfg.Server, srv, newAdmin(cfg.Server.AdminAddr, &ready, listings, guarded, srv, cdnPurger), &ready, log)
 }
 
 // listen serves the public and admin listeners until ctx ends or one

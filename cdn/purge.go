@@ -226,26 +226,76 @@ func (p *Purger) Run(ctx context.Context) {
 // sendDue sends the jobs that are due and returns those still waiting.
 func (p *Purger) sendDue(ctx context.Context, waiting []*job) []*job {
 	now := p.now()
+	var due []*job
 	kept := waiting[:0]
 	for _, j := range waiting {
-		switch {
-		case j.next.After(now):
+		if j.next.After(now) {
 			kept = append(kept, j)
-		case p.attempt(ctx, j) == nil:
-			if !j.repeated {
-				j.repeated, j.attempt, j.next = true, 0, now.Add(p.repurgeAfter())
-				j.giveUp = j.next.Add(p.cfg.GiveUpAfter)
+		} else {
+			due = append(due, j)
+		}
+	}
+	for _, batch := range p.batches(due) {
+		sent := &job{hard: batch[0].hard, attempt: batch[0].attempt}
+		for _, j := range batch {
+			sent.keys = append(sent.keys, j.keys...)
+		}
+		err := p.attempt(ctx, sent)
+		for _, j := range batch {
+			j.attempt++
+			switch {
+			case err == nil:
+				if !j.repeated {
+					j.repeated, j.attempt, j.next = true, 0, now.Add(p.repurgeAfter())
+					j.giveUp = j.next.Add(p.cfg.GiveUpAfter)
+					kept = append(kept, j)
+				}
+			case now.After(j.giveUp):
+				p.dropped.Add(1)
+				p.log.Error("CDN purge given up; the copy it targets has expired by now", "keys", strings.Join(j.keys, " "), "attempts", j.attempt)
+			default:
+				j.next = now.Add(backoff(j.attempt))
 				kept = append(kept, j)
 			}
-		case now.After(j.giveUp):
-			p.dropped.Add(1)
-			p.log.Error("CDN purge given up; the copy it targets has expired by now", "keys", strings.Join(j.keys, " "), "attempts", j.attempt)
-		default:
-			j.next = now.Add(backoff(j.attempt))
-			kept = append(kept, j)
 		}
 	}
 	return kept
+}
+
+// maxBatchKeys bounds the keys of one request (Cloudflare takes 30 tags).
+const maxBatchKeys = 30
+
+// batches groups due jobs into requests: formats that take many keys at
+// once (varnish-xkey, cloudflare) get one request per kind for up to
+// maxBatchKeys keys; the others one request per job.
+func (p *Purger) batches(due []*job) [][]*job {
+	if p.cfg.Format != FormatVarnishXkey && p.cfg.Format != FormatCloudflare {
+		out := make([][]*job, len(due))
+		for i, j := range due {
+			out[i] = []*job{j}
+		}
+		return out
+	}
+	var out [][]*job
+	for _, hard := range []bool{true, false} {
+		var batch []*job
+		keys := 0
+		for _, j := range due {
+			if j.hard != hard {
+				continue
+			}
+			if len(batch) > 0 && keys+len(j.keys) > maxBatchKeys {
+				out = append(out, batch)
+				batch, keys = nil, 0
+			}
+			batch = append(batch, j)
+			keys += len(j.keys)
+		}
+		if len(batch) > 0 {
+			out = append(out, batch)
+		}
+	}
+	return out
 }
 
 func (p *Purger) untilNext(waiting []*job) time.Duration {

@@ -217,3 +217,20 @@ func TestPurgerSendsWhatIsQueuedWhenStopped(t *testing.T) {
 		t.Fatalf("sent %d, received %d; want the 3 queued purges drained", p.Sent(), len(fake.requests()))
 	}
 }
+
+// TestCloudflarePurgesAreBatched: purges waiting together go out as one
+// request with every tag.
+func TestCloudflarePurgesAreBatched(t *testing.T) {
+	fake := newFakeCDN(t)
+	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/purge_cache"), Format: cdn.FormatCloudflare, Timeout: time.Second,
+		RepurgeAfter: time.Hour, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	for _, k := range []string{"realty-1", "realty-2", "firm-3"} {
+		p.Purge(context.Background(), true, k) // queued: Run is not running yet
+	}
+	run(t, p)
+	testenv.WaitFor(t, func() bool { return p.Sent() == 1 })
+	want := []string{`POST /purge_cache {"tags":["realty-1","realty-2","firm-3"]}`}
+	if got := fake.requests(); !slices.Equal(got, want) {
+		t.Fatalf("requests %q, want %q", got, want)
+	}
+}

@@ -300,6 +300,9 @@ func TestVarnish(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		if s := e.gw.Stats(t); s.Purges.Failed == 0 || s.Purges.Dropped != 0 {
+			t.Fatalf("purges %+v: want failed attempts during the outage and none given up", s.Purges)
+		}
 	})
 
 	t.Run("4 a fetch in flight during a write is purged by the repeat", func(t *testing.T) {

@@ -121,6 +121,10 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 type Stats struct {
 	Cache       cache.Stats `json:"cache"`
 	BreakerOpen bool        `json:"breakerOpen"`
+	Panics      uint64      `json:"panics"`
+	Purges      struct {
+		Sent, Failed, Dropped uint64
+	} `json:"purges"`
 }
 
 // Stats reads /stats from the admin listener; a failure fails the test.
