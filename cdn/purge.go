@@ -201,24 +201,30 @@ func (p *Purger) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case j := <-p.queue:
-			waiting = append(waiting, j)
+			// Everything waiting goes out together, batched where the
+			// format allows.
+			waiting = p.drainQueue(append(waiting, j))
 		case <-timer.C:
 		}
 	}
 	drain, cancel := context.WithTimeout(send, p.cfg.Timeout)
 	defer cancel()
+	waiting = p.drainQueue(waiting)
+	for _, j := range waiting {
+		if !j.repeated && drain.Err() == nil {
+			_ = p.attempt(drain, j) // failures are logged; the process is ending
+		}
+	}
+}
+
+// drainQueue appends every job queued now to waiting.
+func (p *Purger) drainQueue(waiting []*job) []*job {
 	for {
 		select {
 		case j := <-p.queue:
 			waiting = append(waiting, j)
-			continue
 		default:
-		}
-		break
-	}
-	for _, j := range waiting {
-		if !j.repeated && drain.Err() == nil {
-			_ = p.attempt(drain, j) // failures are logged; the process is ending
+			return waiting
 		}
 	}
 }

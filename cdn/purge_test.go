@@ -228,7 +228,7 @@ func TestCloudflarePurgesAreBatched(t *testing.T) {
 		p.Purge(context.Background(), true, k) // queued: Run is not running yet
 	}
 	run(t, p)
-	testenv.WaitFor(t, func() bool { return p.Sent() == 1 })
+	testenv.WaitFor(t, func() bool { return p.Sent() >= 1 })
 	want := []string{`POST /purge_cache {"tags":["realty-1","realty-2","firm-3"]}`}
 	if got := fake.requests(); !slices.Equal(got, want) {
 		t.Fatalf("requests %q, want %q", got, want)
