@@ -9,6 +9,7 @@ import (
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/gateway"
+	"github.com/realty-gateway/gateway/metrics"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -20,20 +21,32 @@ type purgeStats struct {
 	Dropped uint64 `json:"dropped"`
 }
 
-// newAdmin returns the admin listener: liveness, readiness and counters,
-// on an address that is not exposed to clients.
-func newAdmin(addr string, ready *atomic.Bool, listings *cache.Cache, guarded *upstream.Guarded, srv *gateway.Server, purger *cdn.Purger) *http.Server {
+// newAdmin returns the admin listener, on an address that is not exposed
+// to clients: liveness (/livez, and /healthz as an alias), readiness
+// (/readyz), Prometheus metrics (/metrics) and counters as JSON (/stats).
+//
+// Readiness is false while draining, and while the store's breaker is open
+// and the shared cache tier fails too: then nothing can be served, not
+// even stale. A gateway whose store is down but whose cache answers stays
+// in rotation, since it serves cached listings (stale within
+// GATEWAY_CACHE_STALE).
+func newAdmin(addr string, draining *atomic.Bool, listings *cache.Cache, guarded *upstream.Guarded, srv *gateway.Server,
+	purger *cdn.Purger, m *metrics.Metrics) *http.Server {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
-	})
+	live := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }
+	mux.HandleFunc("GET /livez", live)
+	mux.HandleFunc("GET /healthz", live)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
+		switch {
+		case draining.Load():
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
+		case guarded.Open() && listings.TierBreakerState() == 2:
+			http.Error(w, "store and cache both failing", http.StatusServiceUnavailable)
+		default:
+			w.WriteHeader(http.StatusNoContent)
 		}
-		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.Handle("GET /metrics", m.Handler())
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		var purges purgeStats

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -231,5 +232,65 @@ func TestEndToEndCDNPurgeCommand(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(got, want) {
 		t.Fatalf("the CDN received %q, want %q", got, want)
+	}
+}
+
+// TestEndToEndMetrics reads /metrics after traffic: the request, cache,
+// login, store and breaker series are there, with bounded labels.
+func TestEndToEndMetrics(t *testing.T) {
+	ps, w, _, readTok, paths := replicas(t, 1)
+	p := ps[0]
+	for range 3 {
+		for _, path := range paths {
+			p.view(t, path, readTok)
+		}
+	}
+	p.view(t, "/realty/424242", readTok)
+	p.login(t, fmt.Sprintf(`{"email":"nobody@acme.example","key":%q}`, w.key))
+	p.request(t, "BREW", "/realty/1001", nil, "") // a method nobody serves
+	resp, err := http.Get(p.AdminBase + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	text := string(body)
+	for _, want := range []string{
+		`gateway_http_requests_total{code="200",method="GET",route="/realty/:ref"}`,
+		`gateway_http_requests_total{code="404",method="GET",route="/realty/:ref"} 1`,
+		`gateway_http_requests_total{code="401",method="POST",route="/auth/login"} 1`,
+		`gateway_http_request_duration_seconds_bucket{method="GET",route="/realty/:ref",le=`,
+		`gateway_cache_requests_total{result="hit",tier="local"}`,
+		`gateway_cache_requests_total{result="miss",tier="redis"}`,
+		`gateway_logins_total{outcome="ok"}`,
+		`gateway_logins_total{outcome="bad_credentials"} 1`,
+		`gateway_store_requests_total{op="listing_by_id",outcome="not_found"} 1`,
+		`gateway_store_request_duration_seconds_bucket{op="firm_by_key",outcome="ok",le=`,
+		`gateway_breaker_state{breaker="store"} 0`,
+		`gateway_breaker_state{breaker="redis"} 0`,
+		`gateway_breaker_state{breaker="limiter"} 0`,
+		`gateway_singleflight_shared_total`,
+		`gateway_redis_pool_total_conns{pool="redis"}`,
+		`go_goroutines`,
+		`process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, raw := range []string{"/realty/1001", "/realty/424242", "acme.example", w.key, "BREW"} {
+		if strings.Contains(text, raw) {
+			t.Errorf("/metrics holds %q: labels must stay bounded and anonymous", raw)
+		}
+	}
+	for _, probe := range []string{"/livez", "/healthz", "/readyz"} {
+		r, err := http.Get(p.AdminBase + probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != http.StatusNoContent {
+			t.Errorf("%s: %d", probe, r.StatusCode)
+		}
 	}
 }

@@ -61,15 +61,18 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var ready atomic.Bool
-	return listen(ctx, cfg.Server, srv, newAdmin(cfg.Server.AdminAddr, &ready, listings, guarded, srv, cdnPurger), &ready, log)
+	m := newMetrics(listings, guarded, limiter, cdnPurger, rdb)
+	srv.Observe(m)
+	var draining atomic.Bool
+	admin := newAdmin(cfg.Server.AdminAddr, &draining, listings, guarded, srv, cdnPurger, m)
+	return listen(ctx, cfg.Server, srv, admin, &draining, log)
 }
 
 // listen serves the public and admin listeners until ctx ends or one
 // fails. On ctx's end readiness turns false, the public listener keeps
 // serving for ShutdownDelay (the load balancer's probe interval), then
 // in-flight requests are drained for up to ShutdownTimeout.
-func listen(ctx context.Context, cfg serverConfig, srv *gateway.Server, admin *http.Server, ready *atomic.Bool, log *slog.Logger) error {
+func listen(ctx context.Context, cfg serverConfig, srv *gateway.Server, admin *http.Server, draining *atomic.Bool, log *slog.Logger) error {
 	app := srv.App()
 	errc := make(chan error, 2)
 	go func() { errc <- app.Listen(cfg.Addr) }()
@@ -78,7 +81,6 @@ func listen(ctx context.Context, cfg serverConfig, srv *gateway.Server, admin *h
 			errc <- fmt.Errorf("admin listener: %w", err)
 		}
 	}()
-	ready.Store(true)
 	log.Info("gateway listening", "addr", cfg.Addr, "admin", cfg.AdminAddr)
 
 	select {
@@ -86,7 +88,7 @@ func listen(ctx context.Context, cfg serverConfig, srv *gateway.Server, admin *h
 		return err
 	case <-ctx.Done():
 	}
-	ready.Store(false)
+	draining.Store(true)
 	log.Info("shutting down", "delay", cfg.ShutdownDelay.String())
 	time.Sleep(cfg.ShutdownDelay)
 	shutdownErr := app.ShutdownWithTimeout(cfg.ShutdownTimeout)

@@ -98,6 +98,9 @@ func NewGuard(name string, cfg Config, lim Limits, answered func(error) bool, lo
 // Open reports whether the breaker currently rejects calls.
 func (g *Guard) Open() bool { return g.cb.State() == gobreaker.StateOpen }
 
+// State is the breaker's state: 0 closed, 1 half-open, 2 open.
+func (g *Guard) State() int { return int(g.cb.State()) }
+
 // errCallerGone marks a call that ended because its caller cancelled it.
 var errCallerGone = errors.New("caller gone")
 

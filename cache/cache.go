@@ -156,6 +156,10 @@ type Stats struct {
 	Incoherent uint64 `json:"incoherent"`
 	// LocalHits are the hits answered by the local tier in front of Redis.
 	LocalHits uint64 `json:"localHits"`
+	// Negative are reads answered by a cached "no such listing"; Shared
+	// are reads that joined another's load of the same key.
+	Negative uint64 `json:"negative"`
+	Shared   uint64 `json:"shared"`
 	// LocalTierOn is whether that tier serves: it has a live subscription.
 	LocalTierOn bool `json:"localTierOn"`
 	// Announced counts the writes announced to other gateways;
@@ -178,6 +182,7 @@ type Cache struct {
 	now   func() time.Time
 
 	hits, misses, stale, loads, tierErrors, corrupt, incoherent, localHits atomic.Uint64
+	negative, shared                                                       atomic.Uint64
 	tierDown                                                               atomic.Bool
 
 	// dirty are keys that a write could neither update nor remove: they
@@ -197,6 +202,7 @@ func (c *Cache) Stats() Stats {
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Stale: c.stale.Load(),
 		StoreLoads: c.loads.Load(), TierErrors: c.tierErrors.Load(), Corrupt: c.corrupt.Load(),
 		Incoherent: c.incoherent.Load(), LocalHits: c.localHits.Load(),
+		Negative: c.negative.Load(), Shared: c.shared.Load(),
 		LocalTierOn: c.front != nil && c.front.enabled.Load(),
 	}
 	if c.inv != nil {
@@ -249,6 +255,8 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		if err == nil {
 			c.hits.Add(1)
 			c.keep(k, r, gen)
+		} else {
+			c.negative.Add(1)
 		}
 		return e, err
 	}
@@ -262,6 +270,9 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	case <-ctx.Done():
 		return Entry{}, ctx.Err()
 	case res := <-ch:
+		if res.Shared {
+			c.shared.Add(1)
+		}
 		if res.Err != nil {
 			return Entry{}, res.Err
 		}
@@ -331,6 +342,15 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 	names := c.names(l)
 	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, names[:]...)
 	return loaded{r, Miss}, nil
+}
+
+// TierBreakerState is the state of the Redis tier's breaker: 0 closed, 1
+// half-open, 2 open; 0 without Redis.
+func (c *Cache) TierBreakerState() int {
+	if t, ok := c.tier.(*redisTier); ok {
+		return int(t.cb.State())
+	}
+	return 0
 }
 
 // Run keeps the subscription that makes the local tier in front of Redis

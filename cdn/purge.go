@@ -173,6 +173,10 @@ func (p *Purger) Sent() uint64    { return p.sent.Load() }
 func (p *Purger) Failed() uint64  { return p.failed.Load() }
 func (p *Purger) Dropped() uint64 { return p.dropped.Load() }
 
+// BreakerState is the state of the breaker in front of the CDN: 0 closed,
+// 1 half-open, 2 open.
+func (p *Purger) BreakerState() int { return int(p.cb.State()) }
+
 func (p *Purger) repurgeAfter() time.Duration {
 	if p.cfg.RepurgeAfter > 0 {
 		return p.cfg.RepurgeAfter

@@ -5,6 +5,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
+
+	"github.com/realty-gateway/gateway/metrics"
 )
 
 // BenchmarkView measures one cached listing view through the whole app:
@@ -39,6 +41,11 @@ func BenchmarkView(b *testing.B) {
 	}
 	run(b, "/realty/1", auth, 200, false) // fill the cache
 	b.Run("view hit", func(b *testing.B) { run(b, "/realty/1", auth, 200, false) })
+	b.Run("view hit, Prometheus metrics", func(b *testing.B) {
+		f.srv.Observe(metrics.New())
+		defer f.srv.Observe(nil)
+		run(b, "/realty/1", auth, 200, false)
+	})
 	b.Run("view hit, token verified each time", func(b *testing.B) { run(b, "/realty/1", auth, 200, true) })
 	b.Run("baseline: refused without token", func(b *testing.B) { run(b, "/realty/1", "", 401, false) })
 

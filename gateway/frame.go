@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 )
@@ -38,6 +39,14 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 		if cancel, ok := c.Locals(cancelKey{}).(context.CancelFunc); ok {
 			cancel()
 		}
+		if s.obs == nil {
+			return
+		}
+		code := c.Response().StatusCode()
+		if err != nil {
+			code, _ = statusOf(err) // the error handler answers after frame
+		}
+		s.obs.Request(routeOf(c), methodOf(c), code, time.Since(requestTime(c)))
 	}()
 	defer func() {
 		if r := recover(); r != nil {
@@ -48,6 +57,36 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 		}
 	}()
 	return c.Next()
+}
+
+// routeOf is the request's route template, bounded for metric labels: a
+// request that matched no route is "other".
+func routeOf(c *fiber.Ctx) string {
+	switch p := c.Route().Path; p {
+	case "/auth/login", "/realty", "/realty/:ref":
+		return p
+	default:
+		return "other"
+	}
+}
+
+// methodOf is the request's method, bounded for metric labels: any method
+// the gateway does not serve is "OTHER".
+func methodOf(c *fiber.Ctx) string {
+	switch c.Method() {
+	case fiber.MethodGet:
+		return fiber.MethodGet
+	case fiber.MethodPost:
+		return fiber.MethodPost
+	case fiber.MethodPut:
+		return fiber.MethodPut
+	case fiber.MethodDelete:
+		return fiber.MethodDelete
+	case fiber.MethodHead:
+		return fiber.MethodHead
+	default:
+		return "OTHER"
+	}
 }
 
 type (

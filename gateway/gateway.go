@@ -57,6 +57,26 @@ type Purger interface {
 	Purge(ctx context.Context, hard bool, keys ...string)
 }
 
+// Observer is told what the gateway answered, for metrics. Its methods
+// must be cheap and must not block: Request runs on every request.
+type Observer interface {
+	// Request counts one answer; route is the route template.
+	Request(route, method string, code int, d time.Duration)
+	// Login counts a login by outcome: ok, bad_credentials, limited,
+	// unavailable, bad_request.
+	Login(outcome string)
+	// RateLimited counts a login refused by a limit: ip, key, account,
+	// unknown_keys.
+	RateLimited(limit string)
+}
+
+// NoObserver observes nothing.
+type NoObserver struct{}
+
+func (NoObserver) Request(string, string, int, time.Duration) {}
+func (NoObserver) Login(string)                               {}
+func (NoObserver) RateLimited(string)                         {}
+
 // Accounts finds firms and users for login.
 type Accounts interface {
 	FirmByKeyDigest(ctx context.Context, digest []byte) (upstream.Firm, error)
@@ -66,6 +86,7 @@ type Accounts interface {
 // Server holds the gateway's dependencies.
 type Server struct {
 	cfg      Config
+	obs      Observer
 	keys     []SigningKey
 	limits   loginLimits
 	proxies  []netip.Prefix
@@ -144,6 +165,17 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 		retryAfterSeconds:   seconds(cfg.RetryAfter, 1),
 		requestIDPrefix:     idPrefix,
 	}, nil
+}
+
+// Observe reports every answer to o. Call it before App.
+func (s *Server) Observe(o Observer) { s.obs = o }
+
+// observer is the Observer, or one that observes nothing.
+func (s *Server) observer() Observer {
+	if s.obs == nil {
+		return NoObserver{}
+	}
+	return s.obs
 }
 
 // App returns the Fiber app with every route.

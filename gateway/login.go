@@ -78,7 +78,8 @@ func decodeLogin(body []byte) (loginRequest, error) {
 	return req, nil
 }
 
-func (s *Server) login(c *fiber.Ctx) error {
+func (s *Server) login(c *fiber.Ctx) (err error) {
+	defer func() { s.observer().Login(loginOutcome(err)) }()
 	if len(bytes.TrimSpace(c.Request().Header.UserAgent())) == 0 {
 		return badRequest("A non-empty User-Agent header is required.")
 	}
@@ -92,6 +93,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 	}
 	ctx := s.requestContext(c)
 	if wait := s.limiter.Take(ctx, "login:ip:"+s.clientNetwork(c), s.limits.ip); wait > 0 {
+		s.observer().RateLimited("ip")
 		return tooManyLogins(wait)
 	}
 	user, err := s.authenticate(ctx, req)
@@ -121,11 +123,13 @@ func (s *Server) authenticate(ctx context.Context, req loginRequest) (upstream.U
 		return upstream.User{}, err
 	}
 	if wait := s.limiter.Take(ctx, "login:key:"+s.pseudonym(digest), s.limits.key); wait > 0 {
+		s.observer().RateLimited("key")
 		return upstream.User{}, tooManyLogins(wait)
 	}
 	account := "login:account:" + s.pseudonym([]byte(strconv.FormatInt(firm.ID, 10)+"\x00"+upstream.NormalizeEmail(req.Email)))
 	wait, refund := s.limiter.Reserve(ctx, account, s.limits.accountFailures)
 	if wait > 0 {
+		s.observer().RateLimited("account")
 		return upstream.User{}, tooManyLogins(wait)
 	}
 	user, err := s.checkUser(ctx, firm, req)
@@ -150,6 +154,7 @@ func (s *Server) firmByKey(ctx context.Context, digest []byte) (upstream.Firm, e
 		var wait time.Duration
 		wait, refund = s.limiter.Reserve(ctx, "login:unknown-keys", s.limits.unknownKeys)
 		if wait > 0 {
+			s.observer().RateLimited("unknown_keys")
 			return upstream.Firm{}, tooManyLogins(wait)
 		}
 	}
@@ -167,6 +172,22 @@ func (s *Server) firmByKey(ctx context.Context, digest []byte) (upstream.Firm, e
 }
 
 func noRefund(context.Context) {}
+
+// loginOutcome names a login's result for metrics.
+func loginOutcome(err error) string {
+	switch status, _ := statusOf(err); {
+	case err == nil:
+		return "ok"
+	case status == fiber.StatusUnauthorized:
+		return "bad_credentials"
+	case status == fiber.StatusTooManyRequests:
+		return "limited"
+	case status >= fiber.StatusInternalServerError:
+		return "unavailable"
+	default:
+		return "bad_request"
+	}
+}
 
 // checkUser checks the e-mail and the password within the firm.
 func (s *Server) checkUser(ctx context.Context, firm upstream.Firm, req loginRequest) (upstream.User, error) {

@@ -100,6 +100,15 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (wait time
 
 func noRefund(context.Context) {}
 
+// BreakerState is the state of the breaker in front of Redis: 0 closed, 1
+// half-open, 2 open; 0 without Redis.
+func (l *Limiter) BreakerState() int {
+	if l.cb == nil {
+		return 0
+	}
+	return int(l.cb.State())
+}
+
 func redisLimit(lim Limit) redis_rate.Limit {
 	return redis_rate.Limit{Rate: lim.Count, Burst: lim.Count, Period: lim.Period}
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/realty-gateway/gateway/breaker"
 )
@@ -15,14 +18,23 @@ import (
 // failure into ErrUnavailable, and passes a caller's cancellation through
 // without counting it against the store.
 type Guarded struct {
-	store Store
-	guard *breaker.Guard
+	store   Store
+	guard   *breaker.Guard
+	observe func(op, outcome string, d time.Duration)
 }
 
 // NewGuarded guards store.
 func NewGuarded(store Store, cfg breaker.Config, lim breaker.Limits, log *slog.Logger) *Guarded {
-	return &Guarded{store: store, guard: breaker.NewGuard("store", cfg, lim, Answered, log)}
+	return &Guarded{store: store, guard: breaker.NewGuard("store", cfg, lim, Answered, log),
+		observe: func(string, string, time.Duration) {}}
 }
+
+// Observe has every call reported to fn with its operation, outcome (ok,
+// not_found, error, rejected) and duration. Call it before any call.
+func (g *Guarded) Observe(fn func(op, outcome string, d time.Duration)) { g.observe = fn }
+
+// BreakerState is the store breaker's state: 0 closed, 1 half-open, 2 open.
+func (g *Guarded) BreakerState() int { return g.guard.State() }
 
 // Answered reports whether err is the store's answer (none, or not found,
 // conflict or invalid) rather than a failure to answer.
@@ -36,31 +48,42 @@ func (g *Guarded) Open() bool { return g.guard.Open() }
 // The Store methods that serve requests go through guard.
 
 func (g *Guarded) ListingByID(ctx context.Context, id int64) (Listing, error) {
-	return guard(ctx, g, func(ctx context.Context) (Listing, error) {
+	return guard(ctx, g, "listing_by_id", func(ctx context.Context) (Listing, error) {
 		return g.store.ListingByID(ctx, id)
 	})
 }
 
 func (g *Guarded) ListingByNumber(ctx context.Context, firmID, no int64) (Listing, error) {
-	return guard(ctx, g, func(ctx context.Context) (Listing, error) {
+	return guard(ctx, g, "listing_by_number", func(ctx context.Context) (Listing, error) {
 		return g.store.ListingByNumber(ctx, firmID, no)
 	})
 }
 
 func (g *Guarded) FirmByKeyDigest(ctx context.Context, digest []byte) (Firm, error) {
-	return guard(ctx, g, func(ctx context.Context) (Firm, error) {
+	return guard(ctx, g, "firm_by_key", func(ctx context.Context) (Firm, error) {
 		return g.store.FirmByKeyDigest(ctx, digest)
 	})
 }
 
 func (g *Guarded) UserByEmail(ctx context.Context, firmID int64, email string) (User, error) {
-	return guard(ctx, g, func(ctx context.Context) (User, error) {
+	return guard(ctx, g, "user_by_email", func(ctx context.Context) (User, error) {
 		return g.store.UserByEmail(ctx, firmID, email)
 	})
 }
 
-func guard[T any](ctx context.Context, g *Guarded, call func(context.Context) (T, error)) (T, error) {
+func guard[T any](ctx context.Context, g *Guarded, op string, call func(context.Context) (T, error)) (T, error) {
+	began := time.Now()
 	v, err := breaker.Do(ctx, g.guard, call)
+	switch {
+	case err == nil:
+		g.observe(op, "ok", time.Since(began))
+	case errors.Is(err, ErrNotFound):
+		g.observe(op, "not_found", time.Since(began))
+	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests), errors.Is(err, breaker.ErrBulkheadFull):
+		g.observe(op, "rejected", time.Since(began))
+	default:
+		g.observe(op, "error", time.Since(began))
+	}
 	switch {
 	case Answered(err), errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return v, err
@@ -70,19 +93,19 @@ func guard[T any](ctx context.Context, g *Guarded, call func(context.Context) (T
 }
 
 func (g *Guarded) ImportListings(ctx context.Context, ls []Listing) ([]Listing, error) {
-	return guard(ctx, g, func(ctx context.Context) ([]Listing, error) {
+	return guard(ctx, g, "import_listings", func(ctx context.Context) ([]Listing, error) {
 		return g.store.ImportListings(ctx, ls)
 	})
 }
 
 func (g *Guarded) UpdateListing(ctx context.Context, l Listing) (Listing, error) {
-	return guard(ctx, g, func(ctx context.Context) (Listing, error) {
+	return guard(ctx, g, "update_listing", func(ctx context.Context) (Listing, error) {
 		return g.store.UpdateListing(ctx, l)
 	})
 }
 
 func (g *Guarded) DeleteListing(ctx context.Context, firmID, id int64) (Listing, error) {
-	return guard(ctx, g, func(ctx context.Context) (Listing, error) {
+	return guard(ctx, g, "delete_listing", func(ctx context.Context) (Listing, error) {
 		return g.store.DeleteListing(ctx, firmID, id)
 	})
 }

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/cdn"
+	"github.com/realty-gateway/gateway/metrics"
+	"github.com/realty-gateway/gateway/ratelimit"
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// newMetrics builds the registry and reads the components' own counters
+// and breaker states into it at scrape time; purger and rdb may be nil.
+func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb *redis.Client) *metrics.Metrics {
+	m := metrics.New()
+	guarded.Observe(m.StoreCall)
+	type line struct {
+		tier, result string
+		read         func(cache.Stats) uint64
+	}
+	lines := []line{ // without Redis every read is the process's own
+		{"local", "hit", func(s cache.Stats) uint64 { return s.Hits }},
+		{"local", "miss", func(s cache.Stats) uint64 { return s.Misses }},
+		{"local", "stale", func(s cache.Stats) uint64 { return s.Stale }},
+		{"local", "negative", func(s cache.Stats) uint64 { return s.Negative }},
+	}
+	if rdb != nil {
+		lines = []line{
+			{"local", "hit", func(s cache.Stats) uint64 { return s.LocalHits }},
+			{"redis", "hit", func(s cache.Stats) uint64 { return s.Hits - s.LocalHits }},
+			{"redis", "miss", func(s cache.Stats) uint64 { return s.Misses }},
+			{"redis", "stale", func(s cache.Stats) uint64 { return s.Stale }},
+			{"redis", "negative", func(s cache.Stats) uint64 { return s.Negative }},
+		}
+	}
+	for _, l := range lines {
+		m.CounterFunc("gateway_cache_requests_total", "Listing reads by cache tier and result.",
+			prometheus.Labels{"tier": l.tier, "result": l.result}, func() float64 { return float64(l.read(listings.Stats())) })
+	}
+	m.CounterFunc("gateway_singleflight_shared_total", "Reads that joined another read's load of the same listing.", nil,
+		func() float64 { return float64(listings.Stats().Shared) })
+	breakers := map[string]func() int{"store": guarded.BreakerState, "redis": listings.TierBreakerState, "limiter": limiter.BreakerState}
+	if purger != nil {
+		breakers["purge"] = purger.BreakerState
+		for outcome, read := range map[string]func() uint64{"sent": purger.Sent, "failed": purger.Failed, "dropped": purger.Dropped} {
+			m.CounterFunc("gateway_purges_total", "CDN purge requests by outcome: sent, failed (an attempt), dropped (given up).",
+				prometheus.Labels{"outcome": outcome}, func() float64 { return float64(read()) })
+		}
+	}
+	for name, state := range breakers {
+		m.GaugeFunc("gateway_breaker_state", "Breaker state: 0 closed, 1 half-open, 2 open.",
+			prometheus.Labels{"breaker": name}, func() float64 { return float64(state()) })
+	}
+	if rdb != nil {
+		for name, read := range map[string]func(*redis.PoolStats) uint32{
+			"hits": func(s *redis.PoolStats) uint32 { return s.Hits }, "misses": func(s *redis.PoolStats) uint32 { return s.Misses },
+			"timeouts": func(s *redis.PoolStats) uint32 { return s.Timeouts }, "total_conns": func(s *redis.PoolStats) uint32 { return s.TotalConns },
+			"idle_conns": func(s *redis.PoolStats) uint32 { return s.IdleConns }, "stale_conns": func(s *redis.PoolStats) uint32 { return s.StaleConns },
+		} {
+			m.GaugeFunc("gateway_redis_pool_"+name, "go-redis connection pool statistic.",
+				prometheus.Labels{"pool": "redis"}, func() float64 { return float64(read(rdb.PoolStats())) })
+		}
+	}
+	return m
+}
