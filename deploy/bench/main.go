@@ -27,10 +27,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/realty-gateway/gateway/internal/gatewaytest"
 )
 
 func main() {
@@ -66,7 +67,7 @@ func run(ctx context.Context, opts options) error {
 	if err := ensureTools(); err != nil {
 		return err
 	}
-	root, err := moduleRoot()
+	root, err := gatewaytest.ModuleRoot()
 	if err != nil {
 		return err
 	}
@@ -120,21 +121,4 @@ func ensureTools() error {
 	_ = exec.Command("pkill", "-x", "nginx").Run()
 	_ = exec.Command("pkill", "-x", "varnishd").Run()
 	return nil
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
