@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,11 +36,12 @@ func withStore(ctx context.Context, cfg config, f func(upstream.Store) error) er
 func addFirm(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("firm add", flag.ContinueOnError)
 	name := fs.String("name", "", "firm name")
-	if err := fs.Parse(args); err != nil {
+	const use = "usage: gateway firm add --name NAME"
+	if err := parseFlags(fs, args, use); err != nil {
 		return err
 	}
-	if *name == "" || fs.NArg() > 0 {
-		return errors.New("usage: gateway firm add --name NAME")
+	if *name == "" {
+		return usageError(use)
 	}
 	key, err := gateway.NewAPIKey()
 	if err != nil {
@@ -54,16 +56,28 @@ func addFirm(ctx context.Context, cfg config, args []string, stdout io.Writer) e
 	})
 }
 
-func addUser(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+func addUser(ctx context.Context, cfg config, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := flag.NewFlagSet("user add", flag.ContinueOnError)
 	firmID := fs.Int64("firm", 0, "firm id")
 	email := fs.String("email", "", "e-mail")
-	password := fs.String("password", "", "password; none makes a passwordless account")
-	if err := fs.Parse(args); err != nil {
+	password := fs.String("password", "", "password (visible in ps and the shell's history: prefer --password-stdin); none makes a passwordless account")
+	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of standard input")
+	const use = "usage: gateway user add --firm N --email E [--password P | --password-stdin]"
+	if err := parseFlags(fs, args, use); err != nil {
 		return err
 	}
-	if *firmID <= 0 || upstream.NormalizeEmail(*email) == "" || fs.NArg() > 0 {
-		return errors.New("usage: gateway user add --firm N --email E [--password P]")
+	if *firmID <= 0 || upstream.NormalizeEmail(*email) == "" || *fromStdin && *password != "" {
+		return usageError(use)
+	}
+	if *fromStdin {
+		line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("password from stdin: %w", err)
+		}
+		*password = strings.TrimRight(line, "\r\n")
+		if *password == "" {
+			return usageError("--password-stdin: standard input holds no password")
+		}
 	}
 	u := upstream.User{FirmID: *firmID, Email: *email}
 	if *password != "" {
@@ -107,7 +121,7 @@ func decodeImport(r io.Reader) ([]upstream.Listing, error) {
 
 func importListings(ctx context.Context, cfg config, log *slog.Logger, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) != 1 {
-		return errors.New("usage: gateway listing import FILE|-")
+		return usageError("usage: gateway listing import FILE|-")
 	}
 	in := stdin
 	if args[0] != "-" {
@@ -160,11 +174,11 @@ func purgeCDN(ctx context.Context, cfg config, log *slog.Logger, args []string, 
 	fs := flag.NewFlagSet("cdn purge", flag.ContinueOnError)
 	firmID := fs.Int64("firm", 0, "purge every listing of this firm")
 	listing := fs.String("listing", "", "purge one listing, by id or by FIRM-NO")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, use); err != nil {
 		return err
 	}
-	if (*firmID > 0) == (*listing != "") || fs.NArg() > 0 {
-		return errors.New(use)
+	if (*firmID > 0) == (*listing != "") {
+		return usageError(use)
 	}
 	if cfg.Purge.URL == "" {
 		return errors.New("no CDN purge API configured (GATEWAY_CDN_PURGE_URL)")
@@ -189,14 +203,14 @@ func listingID(ctx context.Context, cfg config, ref string) (int64, error) {
 	if !numbered {
 		id, err := strconv.ParseInt(ref, 10, 64)
 		if err != nil || id <= 0 {
-			return 0, fmt.Errorf("listing %q: want ID or FIRM-NO", ref)
+			return 0, usageError(fmt.Sprintf("listing %q: want ID or FIRM-NO", ref))
 		}
 		return id, nil
 	}
 	f, errF := strconv.ParseInt(firm, 10, 64)
 	n, errN := strconv.ParseInt(no, 10, 64)
 	if errF != nil || errN != nil {
-		return 0, fmt.Errorf("listing %q: want ID or FIRM-NO", ref)
+		return 0, usageError(fmt.Sprintf("listing %q: want ID or FIRM-NO", ref))
 	}
 	var id int64
 	err := withStore(ctx, cfg, func(s upstream.Store) error {

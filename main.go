@@ -7,11 +7,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/caarlos0/env/v11"
@@ -21,23 +23,60 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], env.ToMap(os.Environ()), os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	if err != nil && !errors.Is(err, flag.ErrHelp) { // -h has printed the flags
 		fmt.Fprintln(os.Stderr, "gateway:", err)
-		os.Exit(1)
 	}
+	os.Exit(exitCode(err))
+}
+
+// usageError is a command line the gateway does not understand.
+type usageError string
+
+func (u usageError) Error() string { return string(u) }
+
+// exitCode is 0 for success and for -h, 2 for a usage error, 1 for any
+// other failure.
+func exitCode(err error) int {
+	var usage usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage):
+		return 2
+	default:
+		return 1
+	}
+}
+
+// parseFlags parses a subcommand's flags; a bad flag is a usage error.
+func parseFlags(fs *flag.FlagSet, args []string, use string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError(use)
+	}
+	if fs.NArg() > 0 {
+		return usageError(use)
+	}
+	return nil
 }
 
 const usage = `usage:
   gateway [serve]
   gateway --help
+  gateway version
   gateway firm add --name NAME
-  gateway user add --firm N --email E [--password P]
+  gateway user add --firm N --email E [--password P | --password-stdin]
   gateway listing import FILE|-
   gateway cdn purge --firm N | --listing ID|FIRM-NO`
 
 func run(ctx context.Context, args []string, environ map[string]string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 		return writeHelp(stdout)
+	}
+	if len(args) == 1 && args[0] == "version" {
+		return printVersion(stdout)
 	}
 	cfg, err := loadConfig(environ)
 	if err != nil {
@@ -48,20 +87,39 @@ func run(ctx context.Context, args []string, environ map[string]string, stdin io
 		return serve(ctx, cfg, log)
 	}
 	if len(args) < 2 {
-		return errors.New(usage)
+		return usageError(usage)
 	}
 	switch args[0] + " " + args[1] {
 	case "firm add":
 		return addFirm(ctx, cfg, args[2:], stdout)
 	case "user add":
-		return addUser(ctx, cfg, args[2:], stdout)
+		return addUser(ctx, cfg, args[2:], stdin, stdout)
 	case "listing import":
 		return importListings(ctx, cfg, log, args[2:], stdin, stdout)
 	case "cdn purge":
 		return purgeCDN(ctx, cfg, log, args[2:], stdout)
 	default:
-		return errors.New(usage)
+		return usageError(usage)
 	}
+}
+
+// printVersion prints the module version and the VCS revision it was
+// built from.
+func printVersion(w io.Writer) error {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return errors.New("no build information in the binary")
+	}
+	v := map[string]string{"version": bi.Main.Version, "go": bi.GoVersion}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v["revision"] = s.Value
+		case "vcs.modified":
+			v["modified"] = s.Value
+		}
+	}
+	return printJSON(w, v)
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {
