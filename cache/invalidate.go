@@ -72,7 +72,7 @@ func (inv *invalidator) run(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		ps := inv.rdb.Subscribe(ctx, inv.events, inv.acks)
-		err := inv.listen(ctx, ps)
+		subscribed, err := inv.listen(ctx, ps)
 		_ = ps.Close()
 		if inv.front != nil {
 			inv.front.disable()
@@ -80,7 +80,12 @@ func (inv *invalidator) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		inv.log.Warn("invalidation subscription lost; the local tier is off until it is back", "err", err)
+		if subscribed { // the transition is logged, not every retry
+			backoff = 50 * time.Millisecond
+			inv.log.Warn("invalidation subscription lost; the local tier is off until it is back", "err", err)
+		} else {
+			inv.log.Debug("invalidation subscription failed", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
@@ -89,8 +94,9 @@ func (inv *invalidator) run(ctx context.Context) {
 	}
 }
 
-// listen handles messages until the subscription fails or falls silent.
-func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) error {
+// listen handles messages until the subscription fails or falls silent,
+// and says whether it was confirmed meanwhile.
+func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribed bool, err error) {
 	heard := time.Now()
 	for ctx.Err() == nil {
 		// go-redis does not end a blocked read when ctx ends, so reads
@@ -99,13 +105,13 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) error {
 		if err != nil {
 			var ne net.Error
 			if !errors.As(err, &ne) || !ne.Timeout() {
-				return err
+				return subscribed, err
 			}
 			if time.Since(heard) > 2*healthEvery {
-				return errors.New("subscription silent")
+				return subscribed, errors.New("subscription silent")
 			}
 			if err := ps.Ping(ctx); err != nil {
-				return err
+				return subscribed, err
 			}
 			continue
 		}
@@ -113,6 +119,7 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) error {
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Count == 2 {
+				subscribed = true
 				if inv.front != nil {
 					inv.front.enable()
 				}
@@ -126,7 +133,7 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) error {
 			inv.handle(ctx, m.Payload)
 		}
 	}
-	return ctx.Err()
+	return subscribed, ctx.Err()
 }
 
 // handle applies another gateway's (or this one's own) announcement and
