@@ -66,6 +66,7 @@ const usage = `usage:
   gateway [serve]
   gateway --help
   gateway version
+  gateway healthcheck
   gateway firm add --name NAME
   gateway user add --firm N --email E [--password P | --password-stdin]
   gateway listing import FILE|-
@@ -85,6 +86,9 @@ func run(ctx context.Context, args []string, environ map[string]string, stdin io
 	log := newLogger(stderr, cfg.Server.LogLevel)
 	if len(args) == 0 || len(args) == 1 && args[0] == "serve" {
 		return serve(ctx, cfg, log)
+	}
+	if len(args) == 1 && args[0] == "healthcheck" {
+		return healthcheck(ctx, cfg.Server.AdminAddr)
 	}
 	if len(args) < 2 {
 		return usageError(usage)

@@ -1,0 +1,235 @@
+package main
+
+// Static checks of the deploy files: no container engine runs on the build
+// machines, so the files are read, not run. Each check names what a
+// reviewer found wrong once.
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/realty-gateway/gateway/internal/settings"
+)
+
+// knownVariables are the variables the binary reads.
+func knownVariables() map[string]bool {
+	known := map[string]bool{"GATEWAY_CONFIG": true}
+	for _, s := range settings.Walk(defaults(), envPrefix) {
+		known[s.Env] = true
+	}
+	return known
+}
+
+func readYAMLDocs(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		docs = append(docs, doc)
+	}
+}
+
+// at walks a decoded YAML document: at(doc, "spec", "template", 0, …).
+func at(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+// pinnedImage is an image tag with at least major.minor: "redis:7" floats.
+var pinnedImage = regexp.MustCompile(`^[a-z0-9./-]+:[0-9]+\.[0-9]+[0-9A-Za-z.-]*$`)
+
+func TestComposeFile(t *testing.T) {
+	known := knownVariables()
+	compose := readYAMLDocs(t, "docker-compose.yml")[0]
+	services, _ := compose["services"].(map[string]any)
+	if len(services) != 3 {
+		t.Fatalf("services %v", services)
+	}
+	for name, svc := range services {
+		if at(svc, "healthcheck", "test") == nil {
+			t.Errorf("service %s has no healthcheck", name)
+		}
+		if at(svc, "restart") == nil {
+			t.Errorf("service %s has no restart policy", name)
+		}
+		if image, _ := at(svc, "image").(string); !pinnedImage.MatchString(image) {
+			t.Errorf("service %s image %q is not pinned to a version", name, image)
+		}
+		env, _ := at(svc, "environment").(map[string]any)
+		for v := range env {
+			if strings.HasPrefix(v, "GATEWAY_") && !known[v] {
+				t.Errorf("service %s sets %s, which the gateway does not read", name, v)
+			}
+		}
+		if deps, ok := at(svc, "depends_on").(map[string]any); ok {
+			for dep := range deps {
+				if at(deps, dep, "condition") != "service_healthy" {
+					t.Errorf("service %s waits for %s without service_healthy", name, dep)
+				}
+			}
+		}
+	}
+	if test, _ := at(services, "postgres", "healthcheck", "test", 1).(string); !strings.Contains(test, "-h 127.0.0.1") {
+		t.Errorf("pg_isready without -h reports ready during first-boot init: %q", test)
+	}
+	if b, err := os.ReadFile(".env.example"); err != nil || regexp.MustCompile(`(?m)^[A-Z_]+=.+$`).Match(b) {
+		t.Errorf(".env.example missing or holding a value: %v", err)
+	}
+}
+
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile("deploy/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := string(b)
+	if !regexp.MustCompile(`(?m)^USER [0-9]+:[0-9]+$`).MatchString(file) {
+		t.Error("the image's USER is not numeric: runAsNonRoot pods refuse a named user")
+	}
+	if !strings.Contains(file, `HEALTHCHECK`) || !strings.Contains(file, `"healthcheck"`) {
+		t.Error("no HEALTHCHECK through the gateway's own healthcheck command")
+	}
+	if !regexp.MustCompile(`(?m)^EXPOSE 8080`).MatchString(file) {
+		t.Error("EXPOSE does not name the public port")
+	}
+	if ignore, err := os.ReadFile(".dockerignore"); err != nil || !bytes.Contains(ignore, []byte(".git")) || !bytes.Contains(ignore, []byte("data/")) {
+		t.Errorf(".dockerignore missing .git or data/: %v", err)
+	}
+}
+
+func TestKubernetesManifest(t *testing.T) {
+	known := knownVariables()
+	kinds := map[string]map[string]any{}
+	for _, doc := range readYAMLDocs(t, "deploy/k8s/gateway.yaml") {
+		kinds[doc["kind"].(string)] = doc
+	}
+	for _, kind := range []string{"ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"} {
+		if kinds[kind] == nil {
+			t.Errorf("no %s", kind)
+		}
+	}
+	config, _ := at(kinds["ConfigMap"], "data").(map[string]any)
+	for v := range config {
+		if !known[v] {
+			t.Errorf("ConfigMap sets %s, which the gateway does not read", v)
+		}
+	}
+	if p := config["GATEWAY_TRUSTED_PROXIES"]; p == "10.0.0.0/8" {
+		t.Error("GATEWAY_TRUSTED_PROXIES trusts the whole 10/8: narrow it to the ingress")
+	}
+	pod := at(kinds["Deployment"], "spec", "template", "spec")
+	c := at(pod, "containers", 0)
+	if image, _ := at(c, "image").(string); !pinnedImage.MatchString(image) {
+		t.Errorf("image %q is not a versioned reference", image)
+	}
+	for _, sc := range []any{at(pod, "securityContext"), at(c, "securityContext")} {
+		if _, ok := at(sc, "runAsUser").(int); !ok {
+			t.Errorf("securityContext %v: runAsUser is not numeric", sc)
+		}
+	}
+	if at(pod, "securityContext", "seccompProfile", "type") != "RuntimeDefault" {
+		t.Error("no RuntimeDefault seccomp profile")
+	}
+	if at(c, "securityContext", "readOnlyRootFilesystem") != true || !slices.Contains(asStrings(at(c, "securityContext", "capabilities", "drop")), "ALL") {
+		t.Error("the container may write its root filesystem or keeps capabilities")
+	}
+	env := map[string]string{}
+	for _, e := range asList(at(c, "env")) {
+		env[at(e, "name").(string)] = at(e, "value").(string)
+	}
+	if env["GOMEMLIMIT"] == "" {
+		t.Error("no GOMEMLIMIT below the memory limit")
+	}
+	for v := range env {
+		if strings.HasPrefix(v, "GATEWAY_") && !known[v] {
+			t.Errorf("Deployment sets %s, which the gateway does not read", v)
+		}
+	}
+	delay, _ := strconv.Atoi(strings.TrimSuffix(config["GATEWAY_SHUTDOWN_DELAY"].(string), "s"))
+	if at(c, "lifecycle", "preStop", "sleep", "seconds") != delay {
+		t.Errorf("preStop sleep %v does not match GATEWAY_SHUTDOWN_DELAY %ds", at(c, "lifecycle", "preStop", "sleep", "seconds"), delay)
+	}
+
+	// Ports and probe paths against the running binary.
+	ports := map[string]int{}
+	for _, p := range asList(at(c, "ports")) {
+		ports[at(p, "name").(string)] = at(p, "containerPort").(int)
+	}
+	_, publicPort, _ := net.SplitHostPort(defaults().Server.Addr)
+	_, adminPort, _ := net.SplitHostPort(config["GATEWAY_ADMIN_ADDR"].(string))
+	if strconv.Itoa(ports["http"]) != publicPort || strconv.Itoa(ports["admin"]) != adminPort {
+		t.Errorf("container ports %v, want http %s and admin %s", ports, publicPort, adminPort)
+	}
+	e := environment{"GATEWAY_DATA_DIR": t.TempDir()}
+	p := start(t, e)
+	// The image's HEALTHCHECK: the binary asks its own admin listener.
+	e["GATEWAY_ADMIN_ADDR"] = strings.TrimPrefix(p.AdminBase, "http://")
+	if code, out := gatewayCmd(t, e, "", "healthcheck"); code != 0 {
+		t.Errorf("healthcheck against a live gateway exited %d: %s", code, out)
+	}
+	e["GATEWAY_ADMIN_ADDR"] = "127.0.0.1:1"
+	if code, _ := gatewayCmd(t, e, "", "healthcheck"); code != 1 {
+		t.Errorf("healthcheck against nothing exited %d, want 1", code)
+	}
+	for _, probe := range []string{"startupProbe", "readinessProbe", "livenessProbe"} {
+		path, _ := at(c, probe, "httpGet", "path").(string)
+		if at(c, probe, "httpGet", "port") != "admin" {
+			t.Errorf("%s is not on the admin port", probe)
+		}
+		resp, err := http.Get(p.AdminBase + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Errorf("%s %s: the gateway answers %d", probe, path, resp.StatusCode)
+		}
+	}
+}
+
+func asList(v any) []any { l, _ := v.([]any); return l }
+
+func asStrings(v any) []string {
+	var out []string
+	for _, x := range asList(v) {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
