@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
+	"github.com/realty-gateway/gateway/internal/testenv"
 )
 
 // gatewayCmd runs the binary with args and stdin in a SQLite data dir and
@@ -80,5 +83,57 @@ func TestEndToEndPasswordFromStdin(t *testing.T) {
 	p.token(t, fmt.Sprintf(`{"email":"in@stdin.example","password":"s3cret from stdin","key":%q}`, f["apiKey"]))
 	if r := p.login(t, fmt.Sprintf(`{"email":"in@stdin.example","key":%q}`, f["apiKey"])); r.status != 401 {
 		t.Fatalf("the account from stdin logs in without its password: %d", r.status)
+	}
+}
+
+// TestEndToEndLogHoldsNoSecret runs a gateway with every access logged
+// through logins, views, a write and failures, then scans its whole log
+// for each secret used, and checks the access lines.
+func TestEndToEndLogHoldsNoSecret(t *testing.T) {
+	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
+	// Trust authentication ignores the password, so it can be any secret.
+	pgURL, err := url.Parse(e["GATEWAY_STORE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgURL.User = url.UserPassword(pgURL.User.Username(), "pg-password-in-the-url")
+	e["GATEWAY_STORE_URL"] = pgURL.String()
+	e["GATEWAY_ACCESS_LOG"] = "all"
+	e["GATEWAY_LOG_LEVEL"] = "debug"
+	w := newWorld(t, e)
+	p := start(t, e)
+	tok := p.token(t, w.passwordLogin())
+	p.login(t, fmt.Sprintf(`{"email":"agent@acme.example","password":"wrong-password-guess","key":%q}`, w.key))
+	p.view(t, "/realty/1001", tok)
+	p.view(t, "/realty/1001", tok+"tampered")
+	r := p.request(t, http.MethodPut, "/realty/1001", map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json",
+		"X-Request-ID": "trace-abc-123"}, `{"title":"Logged","categoryId":2,"location":{"cityId":34}}`)
+	if r.status != 200 || r.header.Get("X-Request-ID") != "trace-abc-123" {
+		t.Fatalf("PUT: %d, X-Request-ID %q", r.status, r.header.Get("X-Request-ID"))
+	}
+	logs := p.Logs()
+	for _, secret := range []string{w.password, "wrong-password-guess", w.key, w.key2, tok, e["GATEWAY_JWT_SECRET"], "pg-password-in-the-url"} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("the log holds a secret (%.6s…)", secret)
+		}
+	}
+	var requests int
+	for line := range strings.Lines(logs) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "request" {
+			continue
+		}
+		requests++
+		for _, member := range []string{"requestId", "method", "route", "status", "durationMs", "bytes"} {
+			if _, ok := rec[member]; !ok {
+				t.Errorf("access line without %s: %s", member, line)
+			}
+		}
+		if rec["route"] == "/realty/:ref" && rec["method"] == "PUT" && rec["requestId"] != "trace-abc-123" {
+			t.Errorf("the write's access line names another request: %s", line)
+		}
+	}
+	if requests < 5 {
+		t.Fatalf("%d access lines for at least 5 requests:\n%s", requests, logs)
 	}
 }

@@ -216,6 +216,10 @@ func advWithoutInstance(t *testing.T, p map[string]any, path string) string {
 		t.Fatalf("instance %v, want %s", p["instance"], path)
 	}
 	delete(p, "instance")
+	if id, _ := p["requestId"].(string); id == "" {
+		t.Fatalf("problem without a requestId: %v", p)
+	}
+	delete(p, "requestId") // names the request, so it differs by design
 	b, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)

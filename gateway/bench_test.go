@@ -15,7 +15,7 @@ import (
 // the same app refusing a request before any token work, which is the
 // fixed cost of Fiber.
 func BenchmarkView(b *testing.B) {
-	f := newFixture(b)
+	f := newFixtureWith(b, func(c *Config) { c.AccessLog = "off" }, NoPurge{})
 	handler := f.app.Handler()
 	auth := bearer(b, 1, 1)
 
@@ -41,6 +41,11 @@ func BenchmarkView(b *testing.B) {
 	}
 	run(b, "/realty/1", auth, 200, false) // fill the cache
 	b.Run("view hit", func(b *testing.B) { run(b, "/realty/1", auth, 200, false) })
+	b.Run("view hit, access log to a JSON handler", func(b *testing.B) {
+		f.srv.cfg.AccessLog = "all"
+		defer func() { f.srv.cfg.AccessLog = "off" }()
+		run(b, "/realty/1", auth, 200, false)
+	})
 	b.Run("view hit, Prometheus metrics", func(b *testing.B) {
 		f.srv.Observe(metrics.New())
 		defer f.srv.Observe(nil)

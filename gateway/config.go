@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +26,8 @@ type Config struct {
 	MaxAge time.Duration `yaml:"maxAge" env:"HTTP_MAX_AGE" help:"browser max-age of listings; 0 = \"private, no-cache\" (revalidate by ETag)"`
 	// TrustedProxies may set X-Forwarded-For; others' is ignored.
 	TrustedProxies []string `yaml:"trustedProxies" env:"TRUSTED_PROXIES" help:"CIDRs or addresses whose X-Forwarded-For is believed, comma-separated"`
+	// AccessLog says which requests get an access-log line.
+	AccessLog string `yaml:"accessLog" env:"ACCESS_LOG" help:"access log: all, errors (status 400 and up) or off"`
 
 	JWT   JWT   `yaml:"jwt"`
 	Login Login `yaml:"login"`
@@ -82,6 +85,7 @@ func DefaultConfig() Config {
 		BodyLimit:      64 << 10,
 		HeaderLimit:    8 << 10,
 		TrustedProxies: []string{},
+		AccessLog:      "errors",
 		JWT:            JWT{Issuer: "realty-gateway", Audience: "realty-api", TokenTTL: time.Hour, Leeway: 30 * time.Second},
 		Login: Login{
 			HashConcurrency: 4, HashWait: 250 * time.Millisecond,
@@ -140,6 +144,9 @@ func (c Config) Validate() error {
 	notNegative("http.cdn.staleIfError", c.CDN.StaleIfError)
 	if c.CDN.OriginSecret != "" && (len(c.CDN.OriginSecret) < 32 || c.CDN.OriginHeader == "") {
 		errs = append(errs, errors.New("http.cdn.originSecret needs at least 32 bytes and an originHeader"))
+	}
+	if !slices.Contains([]string{"all", "errors", "off"}, c.AccessLog) {
+		errs = append(errs, fmt.Errorf("http.accessLog %q: want all, errors or off", c.AccessLog))
 	}
 	if _, err := c.trustedProxies(); err != nil {
 		errs = append(errs, err)

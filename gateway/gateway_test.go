@@ -115,7 +115,7 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 			TokenTTL: time.Hour, Leeway: 30 * time.Second,
 		},
 		RequestTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, IdleTimeout: time.Second,
-		BodyLimit: 1 << 20, HeaderLimit: 8192, RetryAfter: 5 * time.Second,
+		BodyLimit: 1 << 20, HeaderLimit: 8192, RetryAfter: 5 * time.Second, AccessLog: "all",
 		Login: Login{
 			HashConcurrency: 2, HashWait: time.Second,
 			AccountFailures: 1000, IPAttempts: 1000, KeyAttempts: 1000, UnknownKeyAttempts: 1000,

@@ -139,7 +139,8 @@ func TestOnlyJSONBodyReadsTheBody(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, line := range strings.Split(string(src), "\n") {
-			if call.MatchString(line) && !(name == "body.go" && strings.Contains(line, "c.Request().Body()")) {
+			if call.MatchString(line) && !strings.Contains(line, "Response().Body()") &&
+				!(name == "body.go" && strings.Contains(line, "c.Request().Body()")) {
 				t.Errorf("%s:%d reads a body outside jsonBody: %s", name, i+1, strings.TrimSpace(line))
 			}
 		}

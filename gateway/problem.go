@@ -41,6 +41,8 @@ type problemBody struct {
 	Status   int    `json:"status"`
 	Detail   string `json:"detail,omitempty"`
 	Instance string `json:"instance,omitempty"`
+	// RequestID is the request's X-Request-ID.
+	RequestID string `json:"requestId,omitempty"`
 	// Errors names each bad member of a rejected listing body.
 	Errors []upstream.FieldError `json:"errors,omitempty"`
 }
@@ -117,6 +119,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		var buf [48]byte
 		c.Response().Header.SetBytesV(headerRequestID, s.newRequestID(buf[:0]))
 	}
+	body.RequestID = requestID(c)
 	var invalid *upstream.ValidationError
 	if errors.As(err, &invalid) {
 		body.Errors = invalid.Fields
