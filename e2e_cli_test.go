@@ -142,6 +142,9 @@ func TestEndToEndLogHoldsNoSecret(t *testing.T) {
 		if rec["route"] == "/realty/:ref" && rec["method"] == "PUT" && rec["requestId"] != "trace-abc-123" {
 			t.Errorf("the write's access line names another request: %s", line)
 		}
+		if rec["status"] == 401.0 && rec["bytes"] == 0.0 {
+			t.Errorf("an error's access line counts no body: %s", line)
+		}
 	}
 	if requests < 5 {
 		t.Fatalf("%d access lines for 5 requests:\n%s", requests, logs)

@@ -51,7 +51,9 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 		if s.obs != nil {
 			s.obs.Request(routeOf(c), methodOf(c), code, took)
 		}
-		if s.cfg.AccessLog == "all" || s.cfg.AccessLog == "errors" && code >= 400 {
+		// An error is answered after frame returns: the error handler
+		// writes its access line, with the body it sends.
+		if err == nil && s.logsAccess(code) {
 			s.accessLog(c, code, took)
 		}
 	}()
@@ -64,6 +66,11 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 		}
 	}()
 	return c.Next()
+}
+
+// logsAccess says whether an answer with code gets an access line.
+func (s *Server) logsAccess(code int) bool {
+	return s.cfg.AccessLog == "all" || s.cfg.AccessLog == "errors" && code >= 400
 }
 
 // accessLog writes the request's one access-log line. It names the route

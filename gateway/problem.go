@@ -130,5 +130,8 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		return err
 	}
 	c.Set(fiber.HeaderContentType, "application/problem+json")
+	if s.logsAccess(status) {
+		s.accessLog(c, status, time.Since(requestTime(c)))
+	}
 	return nil
 }

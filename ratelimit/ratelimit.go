@@ -181,7 +181,7 @@ func (g *gcra) reserve(now time.Time, lim Limit) time.Duration {
 		tat = now
 	}
 	next := tat.Add(lim.interval())
-	allowAt := next.Add(-lim.Period)
+	allowAt := next.Add(-lim.interval() * time.Duration(lim.Count)) // the burst, as redis_rate counts it
 	if now.Before(allowAt) {
 		return allowAt.Sub(now)
 	}
