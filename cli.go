@@ -25,7 +25,7 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func withStore(ctx context.Context, cfg config, f func(upstream.Store) error) error {
-	store, _, err := openStore(ctx, cfg.Store)
+	store, _, err := openStore(ctx, cfg.Store, nil)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
@@ -53,6 +53,61 @@ func addFirm(ctx context.Context, cfg config, args []string, stdout io.Writer) e
 			return fmt.Errorf("firm %q: %w", *name, err)
 		}
 		return printJSON(stdout, map[string]any{"firmId": firm.ID, "apiKey": key})
+	})
+}
+
+// rotateFirmKey gives a firm a new API key, made as firm add makes one,
+// and prints it once. The old key stops resolving at once: login looks the
+// key up in the store on every attempt.
+func rotateFirmKey(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("firm rotate-key", flag.ContinueOnError)
+	firmID := fs.Int64("firm", 0, "id of the firm whose API key is replaced")
+	const use = "usage: gateway firm rotate-key --firm N"
+	if err := parseFlags(fs, args, use); err != nil {
+		return err
+	}
+	if *firmID <= 0 {
+		return usageError(use)
+	}
+	key, err := gateway.NewAPIKey()
+	if err != nil {
+		return err
+	}
+	return withStore(ctx, cfg, func(s upstream.Store) error {
+		firm, err := s.RotateFirmKey(ctx, *firmID, gateway.KeyDigest(key))
+		switch {
+		case errors.Is(err, upstream.ErrNotFound):
+			return fmt.Errorf("rotate key: no firm %d", *firmID)
+		case err != nil:
+			return err // names the firm
+		}
+		return printJSON(stdout, map[string]any{"firmId": firm.ID, "apiKey": key})
+	})
+}
+
+// disableUser disables a firm's user: it can no longer log in, and login
+// answers it as it answers a wrong password. Tokens issued before stay
+// valid until they expire.
+func disableUser(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("user disable", flag.ContinueOnError)
+	firmID := fs.Int64("firm", 0, "firm id")
+	email := fs.String("email", "", "e-mail of the user to disable")
+	const use = "usage: gateway user disable --firm N --email E"
+	if err := parseFlags(fs, args, use); err != nil {
+		return err
+	}
+	if *firmID <= 0 || upstream.NormalizeEmail(*email) == "" {
+		return usageError(use)
+	}
+	return withStore(ctx, cfg, func(s upstream.Store) error {
+		u, err := s.DisableUser(ctx, *firmID, *email)
+		switch {
+		case errors.Is(err, upstream.ErrNotFound):
+			return fmt.Errorf("disable user: firm %d has no user %s", *firmID, upstream.NormalizeEmail(*email))
+		case err != nil:
+			return err // names the firm
+		}
+		return printJSON(stdout, map[string]any{"firmUserId": u.ID, "disabled": true})
 	})
 }
 

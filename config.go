@@ -37,6 +37,7 @@ type config struct {
 	Cache   cache.Config   `yaml:"cache"`
 	HTTP    gateway.Config `yaml:"http"`
 	Purge   cdn.Config     `yaml:"purge" envPrefix:"CDN_"`
+	Tracing tracingConfig  `yaml:"tracing"`
 }
 
 // defaults are the values used when neither the file nor the environment
@@ -81,6 +82,7 @@ func loadConfig(environ map[string]string) (config, error) {
 	if err := env.ParseWithOptions(&cfg, env.Options{Prefix: envPrefix, Environment: environ}); err != nil {
 		return cfg, fmt.Errorf("config environment: %s: %w", strings.Join(unparsable(environ), ", "), err)
 	}
+	cfg.Tracing.fromEnviron(environ)
 	cfg.derive()
 	return cfg, cfg.validate()
 }
@@ -118,7 +120,7 @@ func (c config) validate() error {
 		errs = append(errs, errors.New("cache.localBytes must be positive without Redis: it is the only cache"))
 	}
 	return errors.Join(append(errs, c.Server.validate(), c.Store.validate(), c.Breaker.Validate(), c.Redis.validate(),
-		c.Cache.Validate(), c.HTTP.Validate(), c.Purge.Validate())...)
+		c.Cache.Validate(), c.HTTP.Validate(), c.Purge.Validate(), c.Tracing.validate())...)
 }
 
 // LogValue lists every setting by its YAML path, with secrets masked.

@@ -1,15 +1,24 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
@@ -18,20 +27,29 @@ import (
 // returns its exit code and standard output.
 func gatewayCmd(t *testing.T, e environment, stdin string, args ...string) (int, string) {
 	t.Helper()
+	code, out, _ := gatewayCmdStderr(t, e, stdin, args...)
+	return code, out
+}
+
+// gatewayCmdStderr is gatewayCmd that also returns standard error.
+func gatewayCmdStderr(t *testing.T, e environment, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	cmd := exec.Command(gatewayBin, args...)
 	cmd.Env = gatewaytest.Environ(e)
 	cmd.Dir = e["GATEWAY_DATA_DIR"]
 	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.Output()
+	var outBuf, errBuf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &outBuf, &errBuf
+	err := cmd.Run()
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, string(out)
+		return 0, outBuf.String(), errBuf.String()
 	case errors.As(err, &exit):
-		return exit.ExitCode(), string(out)
+		return exit.ExitCode(), outBuf.String(), errBuf.String()
 	default:
 		t.Fatal(err)
-		return -1, ""
+		return -1, "", ""
 	}
 }
 
@@ -149,4 +167,369 @@ func TestEndToEndLogHoldsNoSecret(t *testing.T) {
 	if requests < 5 {
 		t.Fatalf("%d access lines for 5 requests:\n%s", requests, logs)
 	}
+}
+
+// TestEndToEndAccountCommandsUsage: the command lines of firm rotate-key
+// and user disable, as the binary parses them. Usage errors exit 2 and
+// print the command's usage, -h exits 0, an unknown firm or user exits 1
+// and says which, and none of them prints anything on standard output.
+func TestEndToEndAccountCommandsUsage(t *testing.T) {
+	e := environment{"GATEWAY_DATA_DIR": t.TempDir(), "GATEWAY_STORE_URL": "sqlite:cli.db"}
+	f := admin(t, e, "", "firm", "add", "--name", "Usage Realty")
+	firm := fmt.Sprint(f["firmId"])
+	admin(t, e, "", "user", "add", "--firm", firm, "--email", "known@usage.example")
+	const (
+		rotateUse  = "usage: gateway firm rotate-key --firm N"
+		disableUse = "usage: gateway user disable --firm N --email E"
+	)
+	tests := []struct {
+		name       string
+		give       []string
+		want       int
+		wantStderr string // a part of it
+	}{
+		{name: "rotate-key -h", give: []string{"firm", "rotate-key", "-h"}, want: 0, wantStderr: "-firm"},
+		{name: "rotate-key --help", give: []string{"firm", "rotate-key", "--help"}, want: 0, wantStderr: "-firm"},
+		{name: "rotate-key without --firm", give: []string{"firm", "rotate-key"}, want: 2, wantStderr: rotateUse},
+		{name: "rotate-key --firm 0", give: []string{"firm", "rotate-key", "--firm", "0"}, want: 2, wantStderr: rotateUse},
+		{name: "rotate-key negative firm", give: []string{"firm", "rotate-key", "--firm", "-4"}, want: 2, wantStderr: rotateUse},
+		{name: "rotate-key firm not a number", give: []string{"firm", "rotate-key", "--firm", "acme"}, want: 2, wantStderr: rotateUse},
+		{name: "rotate-key --firm without a value", give: []string{"firm", "rotate-key", "--firm"}, want: 2, wantStderr: rotateUse},
+		{name: "rotate-key unknown flag", give: []string{"firm", "rotate-key", "--firm", firm, "--name", "x"}, want: 2, wantStderr: rotateUse},
+		{name: "rotate-key stray argument", give: []string{"firm", "rotate-key", "--firm", firm, "now"}, want: 2, wantStderr: rotateUse},
+		{name: "rotate-key firm as an argument", give: []string{"firm", "rotate-key", firm}, want: 2, wantStderr: rotateUse},
+		{name: "rotate-key unknown firm", give: []string{"firm", "rotate-key", "--firm", "999"}, want: 1, wantStderr: "gateway: rotate key: no firm 999"},
+		{name: "disable -h", give: []string{"user", "disable", "-h"}, want: 0, wantStderr: "-email"},
+		{name: "disable without flags", give: []string{"user", "disable"}, want: 2, wantStderr: disableUse},
+		{name: "disable without --email", give: []string{"user", "disable", "--firm", firm}, want: 2, wantStderr: disableUse},
+		{name: "disable blank e-mail", give: []string{"user", "disable", "--firm", firm, "--email", "  "}, want: 2, wantStderr: disableUse},
+		{name: "disable without --firm", give: []string{"user", "disable", "--email", "known@usage.example"}, want: 2, wantStderr: disableUse},
+		{name: "disable --firm 0", give: []string{"user", "disable", "--firm", "0", "--email", "known@usage.example"}, want: 2, wantStderr: disableUse},
+		{name: "disable firm not a number", give: []string{"user", "disable", "--firm", "x", "--email", "known@usage.example"}, want: 2, wantStderr: disableUse},
+		{name: "disable unknown flag", give: []string{"user", "disable", "--firm", firm, "--email", "known@usage.example", "--password", "p"}, want: 2, wantStderr: disableUse},
+		{name: "disable stray argument", give: []string{"user", "disable", "--firm", firm, "--email", "known@usage.example", "extra"}, want: 2, wantStderr: disableUse},
+		{name: "disable unknown user", give: []string{"user", "disable", "--firm", firm, "--email", "Nobody@Usage.example"}, want: 1,
+			wantStderr: "gateway: disable user: firm " + firm + " has no user nobody@usage.example"},
+		{name: "disable user of an unknown firm", give: []string{"user", "disable", "--firm", "999", "--email", "known@usage.example"}, want: 1,
+			wantStderr: "gateway: disable user: firm 999 has no user known@usage.example"},
+		{name: "unknown account subcommand", give: []string{"firm", "rotate"}, want: 2, wantStderr: "gateway firm rotate-key --firm N"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := gatewayCmdStderr(t, e, "", tt.give...)
+			if code != tt.want || !strings.Contains(stderr, tt.wantStderr) || stdout != "" {
+				t.Fatalf("gateway %q exited %d, want %d; stdout %q; stderr, want it to hold %q:\n%s",
+					tt.give, code, tt.want, stdout, tt.wantStderr, stderr)
+			}
+		})
+	}
+	// None of them changed anything: the user still logs in.
+	e["GATEWAY_JWT_SECRET"] = "cli-secret-cli-secret-cli-secret-cli"
+	start(t, e).token(t, fmt.Sprintf(`{"email":"known@usage.example","key":%q}`, f["apiKey"]))
+}
+
+// accountEngines are the stores the account commands are tested on end to
+// end, each in a database of its own: SQLite in a data directory, and a
+// fresh PostgreSQL database. Neither uses Redis: logins never read it but
+// for their limits, which are then kept in process.
+var accountEngines = []struct {
+	name string
+	env  func(t *testing.T) environment
+}{
+	{name: "sqlite", env: func(t *testing.T) environment {
+		return environment{"GATEWAY_DATA_DIR": t.TempDir(), "GATEWAY_STORE_URL": "sqlite:gateway.db",
+			"GATEWAY_JWT_SECRET": "acct-secret-acct-secret-acct-secret-acct"}
+	}},
+	{name: "postgres", env: func(t *testing.T) environment {
+		return environment{"GATEWAY_DATA_DIR": t.TempDir(), "GATEWAY_STORE_URL": testenv.PostgresURL(t),
+			"GATEWAY_JWT_SECRET": "acct-secret-acct-secret-acct-secret-acct"}
+	}},
+}
+
+// requestIDMember is the one member in which two alike problem bodies
+// differ: it names the request.
+var requestIDMember = regexp.MustCompile(`"requestId":"[^"]*",?`)
+
+// requireSameRejection fails unless got answers exactly as want does:
+// status, the headers a client reads, and the body but for its requestId.
+func requireSameRejection(t *testing.T, what string, got, want response) {
+	t.Helper()
+	if got.status != http.StatusUnauthorized || want.status != http.StatusUnauthorized {
+		t.Fatalf("%s: status %d, reference %d; want both 401:\n%s\n%s", what, got.status, want.status, got.body, want.body)
+	}
+	for _, h := range []string{"Content-Type", "Www-Authenticate", "Cache-Control", "Retry-After"} {
+		if got.header.Get(h) != want.header.Get(h) {
+			t.Fatalf("%s: %s %q, reference %q", what, h, got.header.Get(h), want.header.Get(h))
+		}
+	}
+	gotBody, wantBody := requestIDMember.ReplaceAll(got.body, nil), requestIDMember.ReplaceAll(want.body, nil)
+	if !bytes.Equal(gotBody, wantBody) {
+		t.Fatalf("%s answers otherwise than the reference:\n%s\n%s", what, got.body, want.body)
+	}
+}
+
+// TestEndToEndRotateKey: firm rotate-key prints a new key once; at once
+// the old key no longer logs in, answered as any unknown key, and the new
+// one does, for every user of the firm. Tokens issued before stay valid
+// (they do not carry the key), and the other firm is untouched.
+func TestEndToEndRotateKey(t *testing.T) {
+	for _, engine := range accountEngines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := engine.env(t)
+			w := newWorld(t, e)
+			p := start(t, e)
+			before := p.token(t, w.passwordLogin())
+
+			out := admin(t, e, "", "firm", "rotate-key", "--firm", fmt.Sprint(w.firm))
+			newKey, _ := out["apiKey"].(string)
+			if out["firmId"] != float64(w.firm) || !strings.HasPrefix(newKey, "rk_") || len(newKey) != len(w.key) || newKey == w.key {
+				t.Fatalf("rotate-key printed %v; want firm %d and a new key like %.3s…", out, w.firm, w.key)
+			}
+
+			oldKey := p.login(t, w.passwordLogin())
+			unknownKey := p.login(t, fmt.Sprintf(`{"email":"agent@acme.example","password":%q,"key":"rk_unknown"}`, w.password))
+			requireSameRejection(t, "login with the old key", oldKey, unknownKey)
+			requireSameRejection(t, "passwordless login with the old key", p.login(t, w.otpLogin()), unknownKey)
+
+			p.token(t, fmt.Sprintf(`{"email":"agent@acme.example","password":%q,"key":%q}`, w.password, newKey))
+			p.token(t, fmt.Sprintf(`{"email":"otp@acme.example","key":%q}`, newKey))
+			p.token(t, fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, w.password, w.key2))
+			if r := p.view(t, "/realty/1001", before); r.status != http.StatusOK {
+				t.Fatalf("a token issued before the rotation: %d %s; want 200 until it expires", r.status, r.body)
+			}
+
+			// Once more: only the newest key logs in.
+			newest := admin(t, e, "", "firm", "rotate-key", "--firm", fmt.Sprint(w.firm))["apiKey"].(string)
+			requireSameRejection(t, "login with the replaced key",
+				p.login(t, fmt.Sprintf(`{"email":"otp@acme.example","key":%q}`, newKey)), unknownKey)
+			p.token(t, fmt.Sprintf(`{"email":"otp@acme.example","key":%q}`, newest))
+			if strings.Contains(p.Logs(), newKey) || strings.Contains(p.Logs(), newest) {
+				t.Fatal("a rotated key reached the gateway's log")
+			}
+		})
+	}
+}
+
+// TestEndToEndUserDisable: a disabled user's login, with the right
+// password, answers exactly as a wrong password and as an unknown e-mail,
+// so the answer does not tell that the account exists. Other users go on;
+// tokens issued before stay valid until they expire (a documented choice).
+func TestEndToEndUserDisable(t *testing.T) {
+	for _, engine := range accountEngines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := engine.env(t)
+			w := newWorld(t, e)
+			p := start(t, e)
+			before := p.token(t, w.passwordLogin())
+			wrongPassword := p.login(t, fmt.Sprintf(`{"email":"agent@acme.example","password":"not-it","key":%q}`, w.key))
+			unknownEmail := p.login(t, fmt.Sprintf(`{"email":"nobody@acme.example","password":%q,"key":%q}`, w.password, w.key))
+			requireSameRejection(t, "an unknown e-mail", unknownEmail, wrongPassword)
+
+			disable := func(email string) {
+				t.Helper()
+				out := admin(t, e, "", "user", "disable", "--firm", fmt.Sprint(w.firm), "--email", email)
+				if out["firmUserId"] == nil || out["disabled"] != true {
+					t.Fatalf("user disable printed %v", out)
+				}
+			}
+			disable(" Agent@ACME.example ")
+			requireSameRejection(t, "the disabled user with its password", p.login(t, w.passwordLogin()), wrongPassword)
+			requireSameRejection(t, "the disabled user with a wrong password",
+				p.login(t, fmt.Sprintf(`{"email":"agent@acme.example","password":"not-it","key":%q}`, w.key)), wrongPassword)
+			requireSameRejection(t, "the disabled user without a password",
+				p.login(t, fmt.Sprintf(`{"email":"agent@acme.example","key":%q}`, w.key)), wrongPassword)
+
+			// The rest of the firm, and the same e-mail elsewhere, go on.
+			p.token(t, w.otpLogin())
+			p.token(t, fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, w.password, w.key2))
+			if r := p.view(t, "/realty/1001", before); r.status != http.StatusOK {
+				t.Fatalf("a token issued before the user was disabled: %d %s; want 200 until it expires", r.status, r.body)
+			}
+
+			// Disabling again changes nothing; a passwordless user is
+			// disabled alike; the e-mail stays taken.
+			disable("agent@acme.example")
+			disable("otp@acme.example")
+			requireSameRejection(t, "the disabled passwordless user", p.login(t, w.otpLogin()), wrongPassword)
+			if code, stdout, stderr := gatewayCmdStderr(t, e, "", "user", "add", "--firm", fmt.Sprint(w.firm), "--email", "agent@acme.example"); code != 1 || stdout != "" {
+				t.Fatalf("user add with a disabled user's e-mail exited %d, want 1 (%s%s)", code, stdout, stderr)
+			}
+		})
+	}
+}
+
+// TestEndToEndUpgradeFromVersion3: a store made by the release before
+// disabled users (schema version 3, written here by its migration steps,
+// which are never edited) holding a firm and a user is upgraded when the
+// gateway opens it: the user logs in with the old key as before, and both
+// account commands then work on it.
+func TestEndToEndUpgradeFromVersion3(t *testing.T) {
+	const oldVersion, newVersion = 3, 4
+	for _, engine := range accountEngines {
+		t.Run(engine.name, func(t *testing.T) {
+			e := engine.env(t)
+			key, err := gateway.NewAPIKey()
+			if err != nil {
+				t.Fatal(err)
+			}
+			const password = "old-release-password"
+			hash, err := gateway.HashPassword(password)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := openRawStore(t, engine.name, e)
+			steps, err := filepath.Glob(filepath.Join("upstream", engine.name, "migrations", "*.sql"))
+			if err != nil || len(steps) <= oldVersion {
+				t.Fatalf("migrations of %s: %v, %v", engine.name, steps, err)
+			}
+			for _, step := range steps[:oldVersion] {
+				db.execFile(t, step)
+			}
+			db.setVersion(t, oldVersion)
+			db.exec(t, `INSERT INTO firms (name, key_digest) VALUES ('Old Realty', $1)`, gateway.KeyDigest(key))
+			db.exec(t, `INSERT INTO firm_users (firm_id, email, password_hash)
+				SELECT id, 'agent@old.example', $1 FROM firms WHERE name = 'Old Realty'`, hash)
+			db.exec(t, `INSERT INTO firm_users (firm_id, email)
+				SELECT id, 'otp@old.example' FROM firms WHERE name = 'Old Realty'`)
+			firm := db.firmID(t, "Old Realty")
+			if v := db.version(t); v != oldVersion {
+				t.Fatalf("schema version of the old store = %d, want %d", v, oldVersion)
+			}
+
+			db.close(t) // SQLite: so that the gateway can turn on WAL mode
+
+			p := start(t, e)
+			db = openRawStore(t, engine.name, e)
+			if v := db.version(t); v != newVersion {
+				t.Fatalf("schema version after the gateway opened the store = %d, want %d", v, newVersion)
+			}
+			login := func(email, password, key string) string {
+				if password == "" {
+					return fmt.Sprintf(`{"email":%q,"key":%q}`, email, key)
+				}
+				return fmt.Sprintf(`{"email":%q,"password":%q,"key":%q}`, email, password, key)
+			}
+			p.token(t, login("agent@old.example", password, key))
+			p.token(t, login("otp@old.example", "", key))
+
+			newKey := admin(t, e, "", "firm", "rotate-key", "--firm", fmt.Sprint(firm))["apiKey"].(string)
+			unknownKey := p.login(t, login("agent@old.example", password, "rk_unknown"))
+			requireSameRejection(t, "the old key after the upgrade", p.login(t, login("agent@old.example", password, key)), unknownKey)
+			p.token(t, login("agent@old.example", password, newKey))
+
+			admin(t, e, "", "user", "disable", "--firm", fmt.Sprint(firm), "--email", "agent@old.example")
+			wrongPassword := p.login(t, login("otp@old.example", "wrong", newKey))
+			requireSameRejection(t, "the upgraded user, disabled", p.login(t, login("agent@old.example", password, newKey)), wrongPassword)
+			p.token(t, login("otp@old.example", "", newKey))
+		})
+	}
+}
+
+// rawStore is a store's database opened beside the gateway, as the
+// release before this one or an operator would.
+type rawStore struct {
+	engine string
+	sqlDB  *sql.DB   // sqlite
+	pgConn *pgx.Conn // postgres
+}
+
+func openRawStore(t *testing.T, engine string, e environment) *rawStore {
+	t.Helper()
+	r := &rawStore{engine: engine}
+	var err error
+	switch engine {
+	case "sqlite":
+		path := filepath.Join(e["GATEWAY_DATA_DIR"], strings.TrimPrefix(e["GATEWAY_STORE_URL"], "sqlite:"))
+		r.sqlDB, err = sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)")
+		if err == nil {
+			t.Cleanup(func() { r.sqlDB.Close() })
+		}
+	case "postgres":
+		r.pgConn, err = pgx.Connect(context.Background(), e["GATEWAY_STORE_URL"])
+		if err == nil {
+			// Closed before the database is dropped: cleanups run last first.
+			t.Cleanup(func() { r.pgConn.Close(context.Background()) })
+		}
+	}
+	if err != nil {
+		t.Fatalf("open the %s store: %v", engine, err)
+	}
+	return r
+}
+
+func (r *rawStore) close(t *testing.T) {
+	t.Helper()
+	var err error
+	if r.sqlDB != nil {
+		err = r.sqlDB.Close()
+	} else {
+		err = r.pgConn.Close(context.Background())
+	}
+	if err != nil {
+		t.Fatalf("close the %s store: %v", r.engine, err)
+	}
+}
+
+func (r *rawStore) exec(t *testing.T, stmt string, args ...any) {
+	t.Helper()
+	var err error
+	if r.sqlDB != nil {
+		_, err = r.sqlDB.Exec(stmt, args...)
+	} else {
+		_, err = r.pgConn.Exec(context.Background(), stmt, args...)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", stmt, err)
+	}
+}
+
+// execFile runs a migration step, several statements at once.
+func (r *rawStore) execFile(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.exec(t, string(b))
+}
+
+// setVersion records the schema version as the engine's store does.
+func (r *rawStore) setVersion(t *testing.T, v int) {
+	t.Helper()
+	if r.sqlDB != nil {
+		r.exec(t, fmt.Sprintf(`PRAGMA user_version = %d`, v))
+		return
+	}
+	r.exec(t, `CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`)
+	for i := 1; i <= v; i++ {
+		r.exec(t, `INSERT INTO schema_version (version) VALUES ($1)`, i)
+	}
+}
+
+func (r *rawStore) queryInt(t *testing.T, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	var err error
+	if r.sqlDB != nil {
+		err = r.sqlDB.QueryRow(query, args...).Scan(&n)
+	} else {
+		err = r.pgConn.QueryRow(context.Background(), query, args...).Scan(&n)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func (r *rawStore) version(t *testing.T) int {
+	t.Helper()
+	if r.sqlDB != nil {
+		return int(r.queryInt(t, `PRAGMA user_version`))
+	}
+	return int(r.queryInt(t, `SELECT COALESCE(MAX(version), 0) FROM schema_version`))
+}
+
+func (r *rawStore) firmID(t *testing.T, name string) int64 {
+	t.Helper()
+	return r.queryInt(t, `SELECT id FROM firms WHERE name = $1`, name)
 }

@@ -235,6 +235,68 @@ func TestEndToEndCDNPurgeCommand(t *testing.T) {
 	}
 }
 
+// TestEndToEndCachePurgeCommand: two replicas hold listing 1001 in their
+// local tiers and Redis; "cache purge FIRM-NO" removes both Redis keys,
+// and each replica's next read of either form is a miss. Its usage errors
+// exit 2, a Redis that does not answer exits 1.
+func TestEndToEndCachePurgeCommand(t *testing.T) {
+	ps, w, _, tok, paths := replicas(t, 2)
+	for _, p := range ps {
+		for _, path := range paths {
+			p.view(t, path, tok)
+			if r := p.view(t, path, tok); r.header.Get("X-Cache") != "HIT" {
+				t.Fatalf("%s %s before the purge: X-Cache %q", p.Base, path, r.header.Get("X-Cache"))
+			}
+		}
+	}
+	prefix := w.env["GATEWAY_REDIS_PREFIX"]
+	keys := []any{prefix + "realty:id:1001", fmt.Sprintf("%srealty:listing:%d-7", prefix, w.firm)}
+	out := admin(t, w.env, "", "cache", "purge", fmt.Sprintf("%d-7", w.firm))
+	if fmt.Sprint(out["purged"]) != fmt.Sprint(keys) {
+		t.Fatalf("cache purge printed %v, want the keys %v", out, keys)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer rdb.Close()
+	if n := rdb.Exists(context.Background(), prefix+"realty:id:1001", fmt.Sprintf("%srealty:listing:%d-7", prefix, w.firm)).Val(); n != 0 {
+		t.Fatalf("%d of the listing's keys are left in Redis", n)
+	}
+	// No replica answers the first read of either form from its local
+	// tier: the purge reached them all.
+	for _, p := range ps {
+		for _, path := range paths {
+			before := p.Stats(t).Cache.LocalHits
+			if r := p.view(t, path, tok); r.status != http.StatusOK {
+				t.Fatalf("%s %s after the purge: %d", p.Base, path, r.status)
+			}
+			if after := p.Stats(t).Cache.LocalHits; after != before {
+				t.Errorf("%s %s after the purge: served from the local tier", p.Base, path)
+			}
+		}
+	}
+	noRedis := maps.Clone(w.env)
+	noRedis["GATEWAY_REDIS_URL"] = "redis://127.0.0.1:1/0"
+	tests := []struct {
+		name string
+		env  environment
+		give []string
+		want int
+	}{
+		{name: "no listing", env: w.env, give: []string{"cache", "purge"}, want: 2},
+		{name: "two listings", env: w.env, give: []string{"cache", "purge", "1001", "1002"}, want: 2},
+		{name: "not a listing", env: w.env, give: []string{"cache", "purge", "abc"}, want: 2},
+		{name: "zero", env: w.env, give: []string{"cache", "purge", "0"}, want: 2},
+		{name: "help", env: w.env, give: []string{"cache", "purge", "-h"}, want: 0},
+		{name: "redis down", env: noRedis, give: []string{"cache", "purge", "1001"}, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if code, _ := gatewayCmd(t, tt.env, "", tt.give...); code != tt.want {
+				t.Errorf("exit %d, want %d", code, tt.want)
+			}
+		})
+	}
+}
+
 // TestEndToEndMetrics reads /metrics after traffic: the request, cache,
 // login, store and breaker series are there, with bounded labels.
 func TestEndToEndMetrics(t *testing.T) {

@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/realty-gateway/gateway/internal/logctx"
 )
 
 func main() {
@@ -68,9 +70,12 @@ const usage = `usage:
   gateway version
   gateway healthcheck
   gateway firm add --name NAME
+  gateway firm rotate-key --firm N
   gateway user add --firm N --email E [--password P | --password-stdin]
+  gateway user disable --firm N --email E
   gateway listing import FILE|-
-  gateway cdn purge --firm N | --listing ID|FIRM-NO`
+  gateway cdn purge --firm N | --listing ID|FIRM-NO
+  gateway cache purge ID|FIRM-NO`
 
 func run(ctx context.Context, args []string, environ map[string]string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
@@ -96,12 +101,18 @@ func run(ctx context.Context, args []string, environ map[string]string, stdin io
 	switch args[0] + " " + args[1] {
 	case "firm add":
 		return addFirm(ctx, cfg, args[2:], stdout)
+	case "firm rotate-key":
+		return rotateFirmKey(ctx, cfg, args[2:], stdout)
 	case "user add":
 		return addUser(ctx, cfg, args[2:], stdin, stdout)
+	case "user disable":
+		return disableUser(ctx, cfg, args[2:], stdout)
 	case "listing import":
 		return importListings(ctx, cfg, log, args[2:], stdin, stdout)
 	case "cdn purge":
 		return purgeCDN(ctx, cfg, log, args[2:], stdout)
+	case "cache purge":
+		return purgeCache(ctx, cfg, log, args[2:], stdout)
 	default:
 		return usageError(usage)
 	}
@@ -131,5 +142,5 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(logctx.NewHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }

@@ -13,7 +13,7 @@ import (
 
 // newMetrics builds the registry and reads the components' own counters
 // and breaker states into it at scrape time; purger and rdb may be nil.
-func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb *redis.Client) *metrics.Metrics {
+func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb redis.UniversalClient) *metrics.Metrics {
 	m := metrics.New()
 	guarded.Observe(m.StoreCall)
 	type line struct {

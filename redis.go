@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -11,43 +12,83 @@ import (
 	"github.com/realty-gateway/gateway/internal/settings"
 )
 
+// Redis deployment shapes that redis.url can name.
+const (
+	redisSingle   = "single"
+	redisCluster  = "cluster"
+	redisSentinel = "sentinel"
+)
+
 // redisConfig names the shared Redis, if any.
 type redisConfig struct {
-	URL     settings.DSN  `yaml:"url" env:"URL" help:"redis://host:port/db; empty caches in process"`
+	Mode    string        `yaml:"mode" env:"MODE" help:"single, cluster or sentinel: how redis.url is read (see README, Redis beyond one node)"`
+	URL     settings.DSN  `yaml:"url" env:"URL" help:"redis://host:port/db; cluster: redis://h1:p1?addr=h2:p2; sentinel: redis://sentinel:26379?master_name=M&addr=s2:26379; empty caches in process"`
 	Prefix  string        `yaml:"prefix" env:"PREFIX" help:"put before every Redis key (tests use it)"`
 	Timeout time.Duration `yaml:"timeout" env:"TIMEOUT" help:"deadline of one Redis operation (dial, read, write, pool wait)"`
 }
 
-func defaultRedisConfig() redisConfig { return redisConfig{Timeout: 100 * time.Millisecond} }
+func defaultRedisConfig() redisConfig {
+	return redisConfig{Mode: redisSingle, Timeout: 100 * time.Millisecond}
+}
 
 func (c redisConfig) validate() error {
+	switch c.Mode {
+	case redisSingle, redisCluster, redisSentinel:
+	default:
+		return fmt.Errorf("redis.mode %q is not single, cluster or sentinel", c.Mode)
+	}
 	if c.Timeout <= 0 {
 		return errors.New("redis.timeout must be positive")
 	}
 	return nil
 }
 
-// openRedis returns nil when no Redis is configured.
-func openRedis(cfg redisConfig) (*redis.Client, error) {
+// openRedis returns nil when no Redis is configured. The client is a
+// *redis.Client (single, sentinel) or a *redis.ClusterClient; everything
+// that uses it takes a redis.UniversalClient. A client retries a command
+// once; each of its waits is bounded by cfg.Timeout.
+func openRedis(cfg redisConfig) (redis.UniversalClient, error) {
 	if cfg.URL == "" {
 		return nil, nil
 	}
-	opts, err := redis.ParseURL(string(cfg.URL))
-	if err != nil {
-		return nil, errors.New("redis.url is not a valid redis:// URL")
+	url := string(cfg.URL)
+	switch cfg.Mode {
+	case redisCluster:
+		o, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, errors.New("redis.url is not a valid cluster URL (redis://host1:port1?addr=host2:port2)")
+		}
+		o.ContextTimeoutEnabled = true
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = cfg.Timeout, cfg.Timeout, cfg.Timeout, cfg.Timeout
+		o.MaxRetries = 1
+		return redis.NewClusterClient(o), nil
+	case redisSentinel:
+		o, err := redis.ParseFailoverURL(url)
+		if err != nil {
+			return nil, errors.New("redis.url is not a valid sentinel URL (redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379)")
+		}
+		if o.MasterName == "" {
+			return nil, errors.New("redis.url names no master: add ?master_name=NAME")
+		}
+		o.ContextTimeoutEnabled = true
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = cfg.Timeout, cfg.Timeout, cfg.Timeout, cfg.Timeout
+		o.MaxRetries = 1
+		return redis.NewFailoverClient(o), nil
+	default:
+		o, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, errors.New("redis.url is not a valid redis:// URL")
+		}
+		o.ContextTimeoutEnabled = true
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = cfg.Timeout, cfg.Timeout, cfg.Timeout, cfg.Timeout
+		o.MaxRetries = 1
+		return redis.NewClient(o), nil
 	}
-	opts.ContextTimeoutEnabled = true
-	opts.DialTimeout = cfg.Timeout
-	opts.ReadTimeout = cfg.Timeout
-	opts.WriteTimeout = cfg.Timeout
-	opts.PoolTimeout = cfg.Timeout
-	opts.MaxRetries = 1
-	return redis.NewClient(opts), nil
 }
 
 // newCache returns the listing cache over src: on Redis when rdb is set,
 // else in process.
-func newCache(cfg config, src cache.Source, rdb *redis.Client, log *slog.Logger) *cache.Cache {
+func newCache(cfg config, src cache.Source, rdb redis.UniversalClient, log *slog.Logger) *cache.Cache {
 	if rdb == nil {
 		log.Info("no Redis configured; caching in process")
 		return cache.NewLocal(src, cfg.Cache, log)

@@ -10,6 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/ratelimit"
@@ -22,50 +29,110 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err := ensureJWTSecret(&cfg, log); err != nil {
 		return err
 	}
-	store, embedded, err := openStore(ctx, cfg.Store)
-	if err != nil {
-		return fmt.Errorf("store: %w", err)
-	}
-	defer store.Close()
-	if embedded {
-		if err := seedDemo(ctx, store, log); err != nil {
-			return fmt.Errorf("seed: %w", err)
-		}
-	}
-	guarded := upstream.NewGuarded(store, cfg.Breaker, cfg.Store.limits(), log)
-	rdb, err := openRedis(cfg.Redis)
+	tp, err := openTracing(ctx, cfg.Tracing)
 	if err != nil {
 		return err
 	}
-	if rdb != nil {
-		defer rdb.Close()
+	var tracer trace.TracerProvider // nil: no spans, at no cost
+	if tp != nil {
+		defer shutdownTracing(tp, log)
+		tracer = tp
 	}
-	listings := newCache(cfg, guarded, rdb, log)
+	p, err := assemble(ctx, cfg, tracer, log)
+	if err != nil {
+		return err
+	}
+	defer p.close()
 	// Background work outlives the signal: it stops after the drain, so
 	// that the last requests' repairs and purges are not lost.
 	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var backgroundDone sync.WaitGroup
 	defer backgroundDone.Wait()
 	defer stopBackground()
-	backgroundDone.Go(func() { listings.Repair(background, time.Second) })
-	backgroundDone.Go(func() { listings.Run(background) })
-	var purger gateway.Purger = gateway.NoPurge{}
-	var cdnPurger *cdn.Purger
-	if cfg.Purge.URL != "" {
-		cdnPurger = cdn.NewPurger(cfg.Purge, log)
-		backgroundDone.Go(func() { cdnPurger.Run(background) })
-		purger = cdnPurger
+	backgroundDone.Go(func() { p.listings.Repair(background, time.Second) })
+	backgroundDone.Go(func() { p.listings.Run(background) })
+	if p.cdnPurger != nil {
+		backgroundDone.Go(func() { p.cdnPurger.Run(background) })
 	}
-	limiter := ratelimit.New(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout, log)
-	srv, err := gateway.New(cfg.HTTP, listings, guarded, limiter, purger, log)
-	if err != nil {
-		return err
-	}
-	m := newMetrics(listings, guarded, limiter, cdnPurger, rdb)
-	srv.Observe(m)
+	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb)
+	p.srv.Observe(m)
 	var draining atomic.Bool
-	admin := newAdmin(cfg.Server.AdminAddr, &draining, listings, guarded, srv, cdnPurger, m)
-	return listen(ctx, cfg.Server, srv, admin, &draining, log)
+	admin := newAdmin(cfg.Server.AdminAddr, &draining, p.listings, p.guarded, p.srv, p.cdnPurger, m)
+	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
+}
+
+// parts are the gateway's components, wired together.
+type parts struct {
+	store     upstream.Store
+	guarded   *upstream.Guarded
+	rdb       redis.UniversalClient // nil without Redis
+	listings  *cache.Cache
+	limiter   *ratelimit.Limiter
+	cdnPurger *cdn.Purger // nil without a CDN purge API
+	srv       *gateway.Server
+}
+
+// assemble opens the store and Redis and builds the gateway on them, with
+// every part recording spans of tp's when tp is set.
+func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slog.Logger) (_ *parts, err error) {
+	p := &parts{}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	var queryTracer pgx.QueryTracer
+	if tp != nil {
+		queryTracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp))
+	}
+	store, embedded, err := openStore(ctx, cfg.Store, queryTracer)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	p.store = store
+	if embedded {
+		if err := seedDemo(ctx, store, log); err != nil {
+			return nil, fmt.Errorf("seed: %w", err)
+		}
+	}
+	p.guarded = upstream.NewGuarded(store, cfg.Breaker, cfg.Store.limits(), log)
+	if p.rdb, err = openRedis(cfg.Redis); err != nil {
+		return nil, err
+	}
+	if p.rdb != nil && tp != nil {
+		// Command arguments stay out of spans: they hold whole listings.
+		// Dials happen in the pool's own time, outside any request.
+		if err := redisotel.InstrumentTracing(p.rdb, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false),
+			redisotel.WithDialFilter(true)); err != nil {
+			return nil, fmt.Errorf("redis tracing: %w", err)
+		}
+	}
+	p.listings = newCache(cfg, p.guarded, p.rdb, log)
+	var purger gateway.Purger = gateway.NoPurge{}
+	if cfg.Purge.URL != "" {
+		p.cdnPurger = cdn.NewPurger(cfg.Purge, log)
+		purger = p.cdnPurger
+	}
+	p.limiter = ratelimit.New(p.rdb, cfg.Redis.Prefix, cfg.Redis.Timeout, log)
+	if p.srv, err = gateway.New(cfg.HTTP, p.listings, p.guarded, p.limiter, purger, log); err != nil {
+		return nil, err
+	}
+	if tp != nil {
+		p.guarded.Trace(tp)
+		p.listings.Trace(tp)
+		p.srv.Trace(tp)
+	}
+	return p, nil
+}
+
+// close releases Redis and the store.
+func (p *parts) close() {
+	if p.rdb != nil {
+		p.rdb.Close()
+	}
+	if p.store != nil {
+		p.store.Close()
+	}
 }
 
 // listen serves the public and admin listeners until ctx ends or one

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/realty-gateway/gateway/breaker"
 	"github.com/realty-gateway/gateway/internal/settings"
 	"github.com/realty-gateway/gateway/upstream"
@@ -43,7 +45,8 @@ func (c storeConfig) limits() breaker.Limits {
 
 // openStore opens the engine named by the store URL. It reports whether it
 // is the embedded SQLite store, the only one that is ever seeded.
-func openStore(ctx context.Context, cfg storeConfig) (upstream.Store, bool, error) {
+// A tracer, when set, sees every PostgreSQL query.
+func openStore(ctx context.Context, cfg storeConfig, tracer pgx.QueryTracer) (upstream.Store, bool, error) {
 	u := string(cfg.URL)
 	switch {
 	case strings.HasPrefix(u, "sqlite:"):
@@ -53,7 +56,7 @@ func openStore(ctx context.Context, cfg storeConfig) (upstream.Store, bool, erro
 		}
 		return s, true, nil
 	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
-		s, err := postgres.Open(ctx, u, postgres.Options{MaxConns: cfg.PostgresMaxConns, StatementTimeout: cfg.Timeout})
+		s, err := postgres.Open(ctx, u, postgres.Options{MaxConns: cfg.PostgresMaxConns, StatementTimeout: cfg.Timeout, Tracer: tracer})
 		if err != nil {
 			return nil, false, err
 		}

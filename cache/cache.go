@@ -23,6 +23,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/realty-gateway/gateway/upstream"
@@ -178,8 +181,10 @@ type Cache struct {
 	inv   *invalidator
 	cfg   Config
 	log   *slog.Logger
-	group singleflight.Group
-	now   func() time.Time
+	// tracer, when set, records the singleflight wait of a miss as a span.
+	tracer trace.Tracer
+	group  singleflight.Group
+	now    func() time.Time
 
 	hits, misses, stale, loads, tierErrors, corrupt, incoherent, localHits atomic.Uint64
 	negative, shared                                                       atomic.Uint64
@@ -261,6 +266,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		return e, err
 	}
 
+	ctx, endWait := c.traceWait(ctx)
 	ch := c.group.DoChan(name, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LoadTimeout)
 		defer cancel()
@@ -268,8 +274,10 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	})
 	select {
 	case <-ctx.Done():
+		endWait(false, ctx.Err())
 		return Entry{}, ctx.Err()
 	case res := <-ch:
+		endWait(res.Shared, res.Err)
 		if res.Shared {
 			c.shared.Add(1)
 		}
@@ -291,6 +299,31 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		return l.r.entry(l.state), nil
 	}
 }
+
+// Trace records each miss's singleflight wait as a span "cache
+// singleflight" of tp's; the load of the leader is its child. Call it
+// before any read.
+func (c *Cache) Trace(tp trace.TracerProvider) {
+	c.tracer = tp.Tracer("github.com/realty-gateway/gateway/cache")
+}
+
+// traceWait starts the span of a singleflight wait, if tracing is on, and
+// returns the function that ends it.
+func (c *Cache) traceWait(ctx context.Context) (context.Context, func(shared bool, err error)) {
+	if c.tracer == nil {
+		return ctx, endNoSpan
+	}
+	ctx, span := c.tracer.Start(ctx, "cache singleflight")
+	return ctx, func(shared bool, err error) {
+		span.SetAttributes(attribute.Bool("singleflight.shared", shared))
+		if err != nil && !errors.Is(err, upstream.ErrNotFound) {
+			span.SetStatus(codes.Error, "load failed")
+		}
+		span.End()
+	}
+}
+
+func endNoSpan(bool, error) {}
 
 // loaded is what a shared load found.
 type loaded struct {
@@ -329,7 +362,7 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 		return loaded{}, err
 	case err != nil:
 		if found && prev.kind != kindAbsent {
-			c.log.Debug("serving stale listing", "key", name, "err", err)
+			c.log.DebugContext(ctx, "serving stale listing", "key", name, "err", err)
 			return loaded{prev, Stale}, nil
 		}
 		return loaded{}, err
@@ -449,7 +482,7 @@ func (c *Cache) lookup(ctx context.Context, k Key, name string) (record, bool) {
 	}
 	if err != nil {
 		c.corrupt.Add(1)
-		c.log.Warn("cache value unreadable, treated as miss", "key", name, "err", err)
+		c.log.WarnContext(ctx, "cache value unreadable, treated as miss", "key", name, "err", err)
 		return record{}, false
 	}
 	return r, true

@@ -190,11 +190,11 @@ func (inv *invalidator) announce(ctx context.Context, items []Invalidation) {
 	}()
 
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inv.timeout)
-	receivers, err := inv.rdb.Publish(pctx, inv.events, encodeAnnouncement(msgID, inv.acks, items)).Result()
+	receivers, err := inv.publishEvent(pctx, encodeAnnouncement(msgID, inv.acks, items))
 	cancel()
 	inv.announced.Add(1)
 	if err != nil {
-		inv.log.Warn("invalidation not announced", "err", err)
+		inv.log.WarnContext(ctx, "invalidation not announced", "err", err)
 		return
 	}
 	timer := time.NewTimer(inv.wait)
@@ -204,10 +204,27 @@ func (inv *invalidator) announce(ctx context.Context, items []Invalidation) {
 		case <-acks:
 		case <-timer.C:
 			inv.unacknowledged.Add(1)
-			inv.log.Warn("invalidation not acknowledged in time", "receivers", receivers, "acknowledged", got, "wait", inv.wait.String())
+			inv.log.WarnContext(ctx, "invalidation not acknowledged in time", "receivers", receivers, "acknowledged", got, "wait", inv.wait.String())
 			return
 		}
 	}
+}
+
+// publishEvent publishes msg on the events channel and returns how many
+// gateways received it. In a Redis Cluster a PUBLISH reaches every node
+// but counts only the subscribers of the node that ran it, and go-redis
+// sends it to any node; each gateway subscribes on the master of the
+// events channel's slot (go-redis picks the node by the first channel),
+// so the event is published there.
+func (inv *invalidator) publishEvent(ctx context.Context, msg string) (int64, error) {
+	if cc, ok := inv.rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, inv.events)
+		if err != nil {
+			return 0, fmt.Errorf("events channel's node: %w", err)
+		}
+		return node.Publish(ctx, inv.events, msg).Result()
+	}
+	return inv.rdb.Publish(ctx, inv.events, msg).Result()
 }
 
 // encodeAnnouncement writes "v1 <msgID> <ackChannel> <id>:<firm>:<no>:<rev> …".

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -165,7 +166,7 @@ func (c *Cache) forget(ctx context.Context, name string, revision int64) {
 	}
 	c.incoherent.Add(1)
 	c.markDirty(name, revision)
-	c.log.Error("cache key may hold an old version until repaired", "key", name, "err", err)
+	c.log.ErrorContext(ctx, "cache key may hold an old version until repaired", "key", name, "err", err)
 }
 
 func (c *Cache) dirtyRevision(name string) (int64, bool) {
@@ -228,4 +229,44 @@ func (c *Cache) Repair(ctx context.Context, every time.Duration) {
 			}
 		}
 	}
+}
+
+// Purge removes both keys of the listing under k from the shared tier and
+// from every gateway's local tier, so that the next read of either form
+// loads it from the store. The listing's other key is read from the record
+// cached under k, else from the store; where neither knows the listing,
+// only k's own key is removed. It returns the keys removed.
+func (c *Cache) Purge(ctx context.Context, k Key) ([]string, error) {
+	name := k.name(c.cfg.Prefix)
+	it := Invalidation{ID: k.ID, FirmID: k.FirmID, No: k.No}
+	b, err := c.tier.get(ctx, name)
+	c.observe(err)
+	if err != nil {
+		return nil, fmt.Errorf("cache key %s: %w", name, err)
+	}
+	if r, derr := decodeRecord(b); b != nil && derr == nil {
+		it = Invalidation{ID: r.id, FirmID: r.firmID, No: r.no, Revision: r.revision}
+	} else if l, err := c.Resolve(ctx, k); err == nil {
+		it = invalidationOf(l, l.Revision)
+	} else if !errors.Is(err, upstream.ErrNotFound) {
+		return nil, fmt.Errorf("listing %s: %w", name, err)
+	}
+	names := []string{name}
+	if it.ID > 0 && it.FirmID > 0 {
+		both := c.names(upstream.Listing{ID: it.ID, FirmID: it.FirmID, No: it.No})
+		names = both[:]
+	}
+	for _, n := range names {
+		c.group.Forget(n)
+		err := c.tier.del(ctx, n)
+		c.observe(err)
+		if err != nil {
+			return nil, fmt.Errorf("cache key %s: %w", n, err)
+		}
+		c.clean(n)
+	}
+	// The revision stays: the current version may be cached again at once.
+	c.applyInvalidations([]Invalidation{it})
+	c.announce(ctx, it)
+	return names, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -299,5 +300,76 @@ func TestWriteWithUnknownOutcomeRemovesTheKeys(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPurgeRemovesBothKeysEverywhere: a purge by either form removes both
+// Redis keys and the other gateway's local copies, so that its next read
+// of the listing goes to the store once.
+func TestPurgeRemovesBothKeysEverywhere(t *testing.T) {
+	tests := []struct {
+		name string
+		give Key
+	}{
+		{name: "by id", give: ByID(42)},
+		{name: "by number", give: ByNumber(7, 3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := newSource(listing(42, 7, 3, true))
+			rdb, prefix := redisFor(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var caches []*Cache
+			for range 2 {
+				c := NewRedis(src, rdb, time.Second, testConfig(prefix), quietLog())
+				go c.Run(ctx)
+				<-c.Subscribed()
+				caches = append(caches, c)
+			}
+			replica, admin := caches[0], caches[1]
+			for _, k := range []Key{ByID(42), ByNumber(7, 3), ByID(42)} {
+				if _, err := replica.Get(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := src.calls.Load(); n != 1 {
+				t.Fatalf("store calls before the purge = %d, want 1", n)
+			}
+
+			names, err := admin.Purge(ctx, tt.give)
+			want := []string{prefix + "realty:id:42", prefix + "realty:listing:7-3"}
+			if err != nil || !slices.Equal(names, want) {
+				t.Fatalf("Purge = %q, %v; want %q", names, err, want)
+			}
+			if n := rdb.Exists(ctx, want...).Val(); n != 0 {
+				t.Fatalf("%d keys left in Redis", n)
+			}
+			for _, k := range []Key{ByNumber(7, 3), ByID(42)} {
+				if _, err := replica.Get(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The purge read the other key from the cached record, not the
+			// store; the replica loads once for both forms.
+			if n := src.calls.Load(); n != 2 {
+				t.Fatalf("store calls = %d, want 2: the replica served a purged copy or loaded twice", n)
+			}
+		})
+	}
+}
+
+func TestPurgeOfAnUnknownListingRemovesItsKey(t *testing.T) {
+	src := newSource()
+	c, rdb, prefix := newRedisCache(t, src)
+	ctx := context.Background()
+	name := prefix + "realty:listing:7-3"
+	rdb.Set(ctx, name, "junk", time.Minute)
+	names, err := c.Purge(ctx, ByNumber(7, 3))
+	if err != nil || !slices.Equal(names, []string{name}) {
+		t.Fatalf("Purge = %q, %v", names, err)
+	}
+	if n := rdb.Exists(ctx, name).Val(); n != 0 {
+		t.Fatal("the key is still there")
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/realty-gateway/gateway/metrics"
 )
@@ -49,6 +50,12 @@ func BenchmarkView(b *testing.B) {
 	b.Run("view hit, Prometheus metrics", func(b *testing.B) {
 		f.srv.Observe(metrics.New())
 		defer f.srv.Observe(nil)
+		run(b, "/realty/1", auth, 200, false)
+	})
+	b.Run("view hit, tracing on, every request sampled", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider() // spans recorded, then dropped
+		f.srv.Trace(tp)
+		defer func() { f.srv.tracer, f.srv.propagator = nil, nil }()
 		run(b, "/realty/1", auth, 200, false)
 	})
 	b.Run("view hit, token verified each time", func(b *testing.B) { run(b, "/realty/1", auth, 200, true) })

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/realty-gateway/gateway/internal/logctx"
 )
 
 // headerRequestID names a request in logs and answers.
@@ -36,16 +39,23 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 		var buf [48]byte
 		c.Response().Header.SetCanonical([]byte("X-Request-Id"), s.newRequestID(buf[:0]))
 	}
+	var span trace.Span
+	if s.tracer != nil {
+		span = s.startSpan(c)
+	}
 	defer func() {
 		if cancel, ok := c.Locals(cancelKey{}).(context.CancelFunc); ok {
 			cancel()
 		}
-		if s.obs == nil && s.cfg.AccessLog == "off" {
+		if s.obs == nil && s.cfg.AccessLog == "off" && span == nil {
 			return
 		}
 		code := c.Response().StatusCode()
 		if err != nil {
 			code, _ = statusOf(err) // the error handler answers after frame
+		}
+		if span != nil {
+			s.endSpan(c, span, code)
 		}
 		took := time.Since(requestTime(c))
 		if s.obs != nil {
@@ -85,6 +95,11 @@ func (s *Server) accessLog(c *fiber.Ctx, code int, took time.Duration) {
 	if x := c.Response().Header.Peek("X-Cache"); len(x) > 0 {
 		attrs = append(attrs, slog.String("cache", string(x)))
 	}
+	if s.tracer != nil {
+		if a, ok := traceAttr(c); ok {
+			attrs = append(attrs, a)
+		}
+	}
 	s.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
 }
 
@@ -92,7 +107,7 @@ func (s *Server) accessLog(c *fiber.Ctx, code int, took time.Duration) {
 // request that matched no route is "other".
 func routeOf(c *fiber.Ctx) string {
 	switch p := c.Route().Path; p {
-	case "/auth/login", "/realty", "/realty/:ref":
+	case "/auth/login", "/realty", "/realty/:ref", "/openapi.yaml":
 		return p
 	default:
 		return "other"
@@ -130,7 +145,11 @@ func (s *Server) requestContext(c *fiber.Ctx) context.Context {
 	if ctx, ok := c.Locals(deadlineKey{}).(context.Context); ok {
 		return ctx
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	base := context.Background()
+	if s.tracer != nil {
+		base = spanContext(c)
+	}
+	ctx, cancel := context.WithTimeout(logctx.WithRequestID(base, requestID(c)), s.cfg.RequestTimeout)
 	c.Locals(deadlineKey{}, ctx)
 	c.Locals(cancelKey{}, cancel)
 	return ctx

@@ -23,6 +23,8 @@ import (
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/maypok86/otter/v2"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/realty-gateway/gateway/cache"
@@ -113,6 +115,9 @@ type Server struct {
 	requestIDPrefix     string
 	requestCount        atomic.Uint64
 	panics              atomic.Uint64
+	// tracer and propagator are set by Trace; nil: no spans.
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
 }
 
 // New builds a Server. It hashes one random password for the dummy
@@ -206,6 +211,7 @@ func (s *Server) App() *fiber.App {
 	app.Get("/realty/:ref", s.originOr(auth), s.view)
 	app.Put("/realty/:ref", auth, s.replace)
 	app.Delete("/realty/:ref", auth, s.remove)
+	app.Get("/openapi.yaml", s.openAPI)
 	return app
 }
 

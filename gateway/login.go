@@ -16,6 +16,7 @@ import (
 
 	"github.com/alexedwards/argon2id"
 	"github.com/gofiber/fiber/v2"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/realty-gateway/gateway/upstream"
@@ -225,6 +226,11 @@ func (s *Server) reject(ctx context.Context, password string) error {
 // verifyPassword runs argon2id under the hashing semaphore. When all slots
 // stay busy for HashWait it gives up with errBusy.
 func (s *Server) verifyPassword(ctx context.Context, password, hash string) (bool, error) {
+	if s.tracer != nil {
+		var span trace.Span
+		ctx, span = s.tracer.Start(ctx, "password verify")
+		defer span.End()
+	}
 	wait, cancel := context.WithTimeout(ctx, s.cfg.Login.HashWait)
 	defer cancel()
 	if err := s.hashing.Acquire(wait, 1); err != nil {
@@ -233,7 +239,7 @@ func (s *Server) verifyPassword(ctx context.Context, password, hash string) (boo
 	defer s.hashing.Release(1)
 	ok, err := argon2id.ComparePasswordAndHash(password, hash)
 	if err != nil {
-		s.log.Error("stored password hash unreadable", "err", err)
+		s.log.ErrorContext(ctx, "stored password hash unreadable", "err", err)
 		return false, errBadCredentials
 	}
 	return ok, nil

@@ -48,7 +48,7 @@ func (s *Server) view(c *fiber.Ctx) error {
 		return errBadPath
 	}
 	now := requestTime(c)
-	e, ok := s.listings.Cached(key, now)
+	e, ok := s.cached(c, key, now)
 	if !ok {
 		var err error
 		if e, err = s.listings.Get(s.requestContext(c), key); err != nil {

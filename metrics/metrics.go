@@ -40,7 +40,7 @@ type Metrics struct {
 
 // routes and methods are the label values that get a slot in series.
 var (
-	routes  = [...]string{"/realty/:ref", "/auth/login", "/realty", "other"}
+	routes  = [...]string{"/realty/:ref", "/auth/login", "/realty", "/openapi.yaml", "other"}
 	methods = [...]string{"GET", "POST", "PUT", "DELETE", "HEAD", "OTHER"}
 )
 

@@ -36,7 +36,7 @@ func (lim Limit) interval() time.Duration { return lim.Period / time.Duration(li
 // Limiter counts events per key.
 type Limiter struct {
 	redis   *redis_rate.Limiter // nil without Redis
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	cb      *gobreaker.CircuitBreaker[*redis_rate.Result]
 	prefix  string
 	timeout time.Duration
@@ -52,7 +52,7 @@ const localKeys = 100_000
 
 // New returns a Limiter on rdb, or in process only when rdb is nil. Each
 // Redis call is bounded by timeout.
-func New(rdb *redis.Client, prefix string, timeout time.Duration, log *slog.Logger) *Limiter {
+func New(rdb redis.UniversalClient, prefix string, timeout time.Duration, log *slog.Logger) *Limiter {
 	l := &Limiter{prefix: prefix, timeout: timeout, log: log, local: map[string]*lru.Cache[string, *gcra]{}}
 	if rdb != nil {
 		l.rdb = rdb
@@ -92,7 +92,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (wait time
 			return 0, func(ctx context.Context) { l.refundRedis(ctx, key, lim) }
 		}
 		if l.degraded.CompareAndSwap(false, true) {
-			l.log.Warn("rate limits falling back to this process", "err", err)
+			l.log.WarnContext(ctx, "rate limits falling back to this process", "err", err)
 		}
 	}
 	return l.reserveLocal(key, lim)
@@ -142,7 +142,7 @@ func (l *Limiter) refundRedis(ctx context.Context, key string, lim Limit) {
 	err := refundScript.Run(ctx, l.rdb, []string{redisRateKeyPrefix + l.prefix + key}, lim.interval().Seconds()).Err()
 	if err != nil {
 		// The event stays counted: the safe side of a lost refund.
-		l.log.Debug("rate limit refund lost", "err", err)
+		l.log.DebugContext(ctx, "rate limit refund lost", "err", err)
 	}
 }
 

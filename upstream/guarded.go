@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/realty-gateway/gateway/breaker"
 )
@@ -21,6 +24,7 @@ type Guarded struct {
 	store   Store
 	guard   *breaker.Guard
 	observe func(op, outcome string, d time.Duration)
+	tracer  trace.Tracer // nil: no spans
 }
 
 // NewGuarded guards store.
@@ -32,6 +36,12 @@ func NewGuarded(store Store, cfg breaker.Config, lim breaker.Limits, log *slog.L
 // Observe has every call reported to fn with its operation, outcome (ok,
 // not_found, error, rejected) and duration. Call it before any call.
 func (g *Guarded) Observe(fn func(op, outcome string, d time.Duration)) { g.observe = fn }
+
+// Trace has every call recorded as a span "store <op>" of tp's. Call it
+// before any call.
+func (g *Guarded) Trace(tp trace.TracerProvider) {
+	g.tracer = tp.Tracer("github.com/realty-gateway/gateway/upstream")
+}
 
 // BreakerState is the store breaker's state: 0 closed, 1 half-open, 2 open.
 func (g *Guarded) BreakerState() int { return g.guard.State() }
@@ -72,17 +82,28 @@ func (g *Guarded) UserByEmail(ctx context.Context, firmID int64, email string) (
 }
 
 func guard[T any](ctx context.Context, g *Guarded, op string, call func(context.Context) (T, error)) (T, error) {
+	var span trace.Span
+	if g.tracer != nil {
+		ctx, span = g.tracer.Start(ctx, "store "+op, trace.WithSpanKind(trace.SpanKindClient))
+	}
 	began := time.Now()
 	v, err := breaker.Do(ctx, g.guard, call)
+	outcome := "error"
 	switch {
 	case err == nil:
-		g.observe(op, "ok", time.Since(began))
+		outcome = "ok"
 	case errors.Is(err, ErrNotFound):
-		g.observe(op, "not_found", time.Since(began))
+		outcome = "not_found"
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests), errors.Is(err, breaker.ErrBulkheadFull):
-		g.observe(op, "rejected", time.Since(began))
-	default:
-		g.observe(op, "error", time.Since(began))
+		outcome = "rejected"
+	}
+	g.observe(op, outcome, time.Since(began))
+	if span != nil {
+		span.SetAttributes(attribute.String("store.outcome", outcome))
+		if outcome == "error" || outcome == "rejected" {
+			span.SetStatus(codes.Error, outcome)
+		}
+		span.End()
 	}
 	switch {
 	case Answered(err), errors.Is(err, context.Canceled) && ctx.Err() != nil:

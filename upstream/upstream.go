@@ -226,13 +226,26 @@ type Store interface {
 
 	// FirmByKeyDigest finds the firm whose API key has this SHA-256 digest.
 	FirmByKeyDigest(ctx context.Context, digest []byte) (Firm, error)
-	// UserByEmail finds a user of the firm; the e-mail is normalized first.
+	// UserByEmail finds an enabled user of the firm; the e-mail is
+	// normalized first. A disabled user is ErrNotFound, as an unknown one
+	// is, so that login answers both alike.
 	UserByEmail(ctx context.Context, firmID int64, email string) (User, error)
 
 	// AddFirm stores a firm with the digest of its API key.
 	AddFirm(ctx context.Context, name string, keyDigest []byte) (Firm, error)
-	// AddUser stores a user; a taken e-mail within the firm is ErrConflict.
+	// AddUser stores a user; a taken e-mail within the firm is ErrConflict,
+	// whether its user is enabled or disabled.
 	AddUser(ctx context.Context, u User) (User, error)
+	// RotateFirmKey replaces the digest of firm firmID's API key and
+	// returns the firm: from then on FirmByKeyDigest finds it by the new
+	// digest only. An unknown firm is ErrNotFound, an empty digest
+	// ErrInvalid, and a digest that another firm has ErrConflict.
+	RotateFirmKey(ctx context.Context, firmID int64, keyDigest []byte) (Firm, error)
+	// DisableUser disables the firm's user with this e-mail (normalized
+	// first) and returns it: from then on UserByEmail does not find it. The
+	// user's row, listings and e-mail stay. Disabling a disabled user
+	// changes nothing and succeeds; an unknown user is ErrNotFound.
+	DisableUser(ctx context.Context, firmID int64, email string) (User, error)
 	// ImportListings stores new listings atomically: all or none. It keeps
 	// the given id and no, assigns those that are zero, and returns the
 	// stored listings. A bad entry is reported as *ImportError. A given id

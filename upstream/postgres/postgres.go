@@ -54,6 +54,8 @@ const (
 type Options struct {
 	MaxConns         int32
 	StatementTimeout time.Duration
+	// Tracer, when set, sees every query (otelpgx's makes spans of them).
+	Tracer pgx.QueryTracer
 }
 
 // Store is the PostgreSQL engine. Its methods but Ping and Close are
@@ -82,6 +84,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.StatementTimeout > 0 {
 		ms := max(opts.StatementTimeout.Milliseconds(), 1)
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(ms, 10)
+	}
+	if opts.Tracer != nil {
+		cfg.ConnConfig.Tracer = opts.Tracer
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -2,8 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
+	"github.com/realty-gateway/gateway/upstream/internal/sqlstore"
 	"github.com/realty-gateway/gateway/upstream/postgres"
 	"github.com/realty-gateway/gateway/upstream/storetest"
 )
@@ -31,7 +34,7 @@ func TestStore(t *testing.T) {
 
 // schemaVersions are the versions a database this build has opened records:
 // one for each step in migrations/.
-var schemaVersions = []int{1, 2, 3}
+var schemaVersions = []int{1, 2, 3, 4}
 
 // connect opens a connection to the database at url, beside any store
 // open on it, and closes it when the test ends.
@@ -150,6 +153,59 @@ func TestUpgradeUnversioned(t *testing.T) {
 		`SELECT setval(pg_get_serial_sequence('firms', 'id'), (SELECT max(id) FROM firms))`,
 		`SELECT setval(pg_get_serial_sequence('firm_users', 'id'), (SELECT max(id) FROM firm_users))`)
 	storetest.CheckNumberConstraint(t, s, connect(t, url).Exec)
+}
+
+// TestUpgradeFromVersion3 opens a database made by the release before
+// disabled users (steps 1 to 3 of migrations/, recorded in schema_version)
+// that holds a firm, its users and a listing, and checks the upgrade to this
+// build's version: the data survives, the users are enabled, a user can be
+// disabled and the firm's key rotated, and both stay so after reopening.
+func TestUpgradeFromVersion3(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.PostgresURL(t)
+	steps, err := sqlstore.LoadSteps(os.DirFS("."), "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, doc := storetest.UpgradedListing(t)
+	old := storetest.VersionBeforeDisabledUsers
+	stmts := slices.Clone(steps[:old])
+	stmts = append(stmts,
+		`CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`)
+	for v := 1; v <= old; v++ {
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO schema_version (version) VALUES (%d)`, v))
+	}
+	execAll(t, url, append(stmts,
+		`INSERT INTO firms (id, name, key_digest) VALUES (1, 'Firm A', '\x01')`,
+		`INSERT INTO firm_users (id, firm_id, email, password_hash)
+		 VALUES (1, 1, 'alice@example.com', 'hash-a'), (2, 1, 'otp@example.com', '')`,
+		`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
+		 VALUES (7, 1, 3, 1, false, 1, '`+doc+`')`,
+	)...)
+	if got := recordedVersions(t, url); !reflect.DeepEqual(got, schemaVersions[:old]) {
+		t.Fatalf("schema_version of the old database = %v; want %v", got, schemaVersions[:old])
+	}
+
+	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	storetest.CheckUpgraded(t, s)
+	storetest.CheckUpgradedAccounts(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := recordedVersions(t, url); !reflect.DeepEqual(got, schemaVersions) {
+		t.Fatalf("schema_version after the upgrade = %v; want %v", got, schemaVersions)
+	}
+
+	s, err = postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
+	s = storetest.Opened(t, s, err)
+	storetest.CheckReopened(t, s)
+	storetest.CheckAccountsReopened(t, s)
+	if got := recordedVersions(t, url); !reflect.DeepEqual(got, schemaVersions) {
+		t.Fatalf("schema_version after reopening = %v; want %v", got, schemaVersions)
+	}
 }
 
 func TestNewDatabaseVersion(t *testing.T) {

@@ -3,12 +3,15 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/realty-gateway/gateway/upstream"
+	"github.com/realty-gateway/gateway/upstream/internal/sqlstore"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
 	"github.com/realty-gateway/gateway/upstream/storetest"
 )
@@ -25,7 +28,7 @@ func TestStore(t *testing.T) {
 
 // schemaVersion is the user_version of a file this build has opened: the
 // number of steps in migrations/.
-const schemaVersion = 3
+const schemaVersion = 4
 
 // openRaw opens the file at path beside any store open on it, as an older
 // release or an operator would, and closes it when the test ends.
@@ -124,6 +127,62 @@ func TestUpgradeUnversioned(t *testing.T) {
 		t.Fatalf("user_version after reopening = %d; want %d", v, schemaVersion)
 	}
 	storetest.CheckNumberConstraint(t, s, openRaw(t, path).ExecContext)
+}
+
+// TestUpgradeFromVersion3 opens a file made by the release before disabled
+// users (steps 1 to 3 of migrations/, user_version 3) that holds a firm, its
+// users and a listing, and checks the upgrade to this build's version: the
+// data survives, the users are enabled, a user can be disabled and the
+// firm's key rotated, and both stay so after reopening.
+func TestUpgradeFromVersion3(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	steps, err := sqlstore.LoadSteps(os.DirFS("."), "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, doc := storetest.UpgradedListing(t)
+	db := openRaw(t, path)
+	old := storetest.VersionBeforeDisabledUsers
+	for _, stmt := range append(slices.Clone(steps[:old]),
+		fmt.Sprintf(`PRAGMA user_version = %d`, old),
+		`INSERT INTO firms (id, name, key_digest) VALUES (1, 'Firm A', x'01')`,
+		`INSERT INTO firm_users (id, firm_id, email, password_hash)
+		 VALUES (1, 1, 'alice@example.com', 'hash-a'), (2, 1, 'otp@example.com', '')`,
+		`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
+		 VALUES (7, 1, 3, 1, 0, 1, '`+doc+`')`,
+	) {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("database of version %d: %v", old, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := userVersion(t, path); v != old {
+		t.Fatalf("user_version of the old file = %d; want %d", v, old)
+	}
+
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	storetest.CheckUpgraded(t, s)
+	storetest.CheckUpgradedAccounts(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := userVersion(t, path); v != schemaVersion {
+		t.Fatalf("user_version after the upgrade = %d; want %d", v, schemaVersion)
+	}
+
+	s, err = sqlite.Open(ctx, path)
+	s = storetest.Opened(t, s, err)
+	storetest.CheckReopened(t, s)
+	storetest.CheckAccountsReopened(t, s)
+	if v := userVersion(t, path); v != schemaVersion {
+		t.Fatalf("user_version after reopening = %d; want %d", v, schemaVersion)
+	}
 }
 
 // requireRebuiltListings checks what step 3's rebuild of the listings table

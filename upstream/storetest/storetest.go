@@ -34,6 +34,8 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 		{"FirmByKeyDigest", testFirmByKeyDigest},
 		{"AddUser", testAddUser},
 		{"UserByEmail", testUserByEmail},
+		{"RotateFirmKey", testRotateFirmKey},
+		{"DisableUser", testDisableUser},
 		{"NotFound", testNotFound},
 		{"FullListingRoundTrip", testFullListingRoundTrip},
 		{"MinimalListing", testMinimalListing},

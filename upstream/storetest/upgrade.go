@@ -52,3 +52,49 @@ func CheckReopened(t *testing.T, s upstream.Store) {
 		t.Fatalf("import of the deleted id: error = %v; want ErrConflict", err)
 	}
 }
+
+// VersionBeforeDisabledUsers is the schema version of the release before
+// disabled users (step 4): a database it made has steps 1 to 3. The
+// engines' upgrade tests from it write, with those steps, firm 1 "Firm A"
+// with key digest 0x01, its users 1 alice@example.com (password hash
+// "hash-a") and 2 otp@example.com (passwordless), and UpgradedListing, then
+// open the store on it.
+const VersionBeforeDisabledUsers = 3
+
+// RotatedDigest is the key digest CheckUpgradedAccounts gives firm 1.
+var RotatedDigest = digest("rotated-after-upgrade")
+
+// CheckUpgradedAccounts checks a store just opened on a database of
+// VersionBeforeDisabledUsers: its users are enabled and log in as before,
+// and both account writes work on the upgraded schema: firm 1's key is
+// rotated to RotatedDigest and alice is disabled.
+func CheckUpgradedAccounts(t *testing.T, s upstream.Store) {
+	t.Helper()
+	ctx := context.Background()
+	firm := upstream.Firm{ID: 1, Name: "Firm A"}
+	alice := upstream.User{ID: 1, FirmID: 1, Email: "alice@example.com", PasswordHash: "hash-a"}
+	otp := upstream.User{ID: 2, FirmID: 1, Email: "otp@example.com"}
+	requireFirmByDigest(t, s, []byte{1}, firm, nil)
+	requireUsers(t, s, alice, otp)
+
+	if got, err := s.RotateFirmKey(ctx, 1, RotatedDigest); err != nil || got != firm {
+		t.Fatalf("RotateFirmKey() after the upgrade = %+v, %v; want %+v", got, err, firm)
+	}
+	requireFirmByDigest(t, s, []byte{1}, upstream.Firm{}, upstream.ErrNotFound)
+	if got, err := s.DisableUser(ctx, 1, alice.Email); err != nil || got != alice {
+		t.Fatalf("DisableUser() after the upgrade = %+v, %v; want %+v", got, err, alice)
+	}
+	CheckAccountsReopened(t, s)
+}
+
+// CheckAccountsReopened checks what CheckUpgradedAccounts wrote, in the
+// same database opened once more: the new key, alice disabled, otp not.
+func CheckAccountsReopened(t *testing.T, s upstream.Store) {
+	t.Helper()
+	requireFirmByDigest(t, s, RotatedDigest, upstream.Firm{ID: 1, Name: "Firm A"}, nil)
+	requireFirmByDigest(t, s, []byte{1}, upstream.Firm{}, upstream.ErrNotFound)
+	if got, err := s.UserByEmail(context.Background(), 1, "alice@example.com"); !errors.Is(err, upstream.ErrNotFound) {
+		t.Fatalf("UserByEmail() of the disabled user = %+v, %v; want ErrNotFound", got, err)
+	}
+	requireUsers(t, s, upstream.User{ID: 2, FirmID: 1, Email: "otp@example.com"})
+}

@@ -12,7 +12,9 @@
 // modernc.org/sqlite binds by number as well. A deleted listing stays as a
 // tombstone row (deleted is true): the reads and writes of a listing skip
 // it, while imports still count its id and number as taken, so that they
-// are never given out again.
+// are never given out again. A disabled user stays as a row as well
+// (disabled is true): the lookup by e-mail that login uses skips it, while
+// its listings keep their owner and its e-mail stays taken.
 //
 // Concurrency: a Store is safe for concurrent use when its engine's DB is.
 // It keeps no state between calls; a write that reads first runs in one

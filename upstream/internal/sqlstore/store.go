@@ -146,7 +146,7 @@ func (s *Store) FirmByKeyDigest(ctx context.Context, digest []byte) (upstream.Fi
 func (s *Store) UserByEmail(ctx context.Context, firmID int64, email string) (upstream.User, error) {
 	var u upstream.User
 	err := s.e.Lookups.QueryRow(ctx,
-		`SELECT id, firm_id, email, password_hash FROM firm_users WHERE firm_id = $1 AND email = $2`,
+		`SELECT id, firm_id, email, password_hash FROM firm_users WHERE firm_id = $1 AND email = $2 AND NOT disabled`,
 		firmID, upstream.NormalizeEmail(email)).
 		Scan(&u.ID, &u.FirmID, &u.Email, &u.PasswordHash)
 	if err != nil {
@@ -193,6 +193,40 @@ func (s *Store) AddUser(ctx context.Context, u upstream.User) (upstream.User, er
 			return upstream.User{}, fmt.Errorf("add user: unknown firm %d: %w", u.FirmID, ce)
 		}
 		return upstream.User{}, fmt.Errorf("add user of firm %d: %w", u.FirmID, err)
+	}
+	return u, nil
+}
+
+// RotateFirmKey is one statement: of two rotations at once, the later one's
+// digest stays.
+func (s *Store) RotateFirmKey(ctx context.Context, firmID int64, keyDigest []byte) (upstream.Firm, error) {
+	if len(keyDigest) == 0 {
+		return upstream.Firm{}, fmt.Errorf("rotate key of firm %d: no key digest: %w", firmID, upstream.ErrInvalid)
+	}
+	var f upstream.Firm
+	err := s.e.DB.QueryRow(ctx,
+		`UPDATE firms SET key_digest = $1 WHERE id = $2 RETURNING id, name`, keyDigest, firmID).
+		Scan(&f.ID, &f.Name)
+	if err != nil {
+		if ce := s.e.ConstraintError(err); ce != nil {
+			return upstream.Firm{}, fmt.Errorf("rotate key of firm %d: key digest taken: %w", firmID, ce)
+		}
+		return upstream.Firm{}, fmt.Errorf("rotate key of firm %d: %w", firmID, notFound(err))
+	}
+	return f, nil
+}
+
+// DisableUser is one statement and idempotent: it sets the flag whatever
+// it was.
+func (s *Store) DisableUser(ctx context.Context, firmID int64, email string) (upstream.User, error) {
+	var u upstream.User
+	err := s.e.DB.QueryRow(ctx,
+		`UPDATE firm_users SET disabled = TRUE WHERE firm_id = $1 AND email = $2
+		 RETURNING id, firm_id, email, password_hash`,
+		firmID, upstream.NormalizeEmail(email)).
+		Scan(&u.ID, &u.FirmID, &u.Email, &u.PasswordHash)
+	if err != nil {
+		return upstream.User{}, fmt.Errorf("disable user of firm %d: %w", firmID, notFound(err))
 	}
 	return u, nil
 }

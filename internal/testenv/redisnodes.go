@@ -1,0 +1,197 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// freeRedisPort returns a free 127.0.0.1 port whose cluster bus port
+// (port+10000) is free too.
+func freeRedisPort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		port := 20000 + rand.IntN(20000)
+		ok := true
+		for _, p := range []int{port, port + 10000} {
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				break
+			}
+			ln.Close()
+		}
+		if ok {
+			return port
+		}
+	}
+	t.Fatal("no free port pair for a Redis node")
+	return 0
+}
+
+// redisServer starts redis-server in its own directory, with args after
+// the common ones (or as a sentinel), and kills it at the end of the test.
+// It returns the node's address.
+func redisServer(t testing.TB, name string, sentinel bool, args ...string) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		unavailable(t, "redis-server binary", err)
+	}
+	port := freeRedisPort(t)
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	logFile := filepath.Join(dir, "redis.log")
+	var all []string
+	if sentinel {
+		// A sentinel rewrites its configuration file, which must come first.
+		conf := filepath.Join(dir, "sentinel.conf")
+		if err := os.WriteFile(conf, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		all = []string{conf, "--sentinel"}
+	} else {
+		all = []string{"--save", "", "--appendonly", "no"}
+	}
+	all = append(all, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--logfile", logFile)
+	cmd := exec.Command(bin, append(all, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile)
+			t.Logf("%s log:\n%s", name, tail(string(b), 4000))
+		}
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	waitUntil(t, 10*time.Second, name+" answers PING", func() bool { return rdb.Ping(context.Background()).Err() == nil })
+	return addr
+}
+
+// waitUntil polls cond every 20 ms until it holds or d has passed.
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached in %v", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// RedisCluster starts a cluster of n masters without replicas on free
+// ports (redis-server --cluster-enabled yes, then redis-cli --cluster
+// create), waits until every node reports cluster_state:ok, and stops the
+// nodes at the end of the test. It returns the node addresses.
+func RedisCluster(t testing.TB, n int) []string {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		unavailable(t, "redis-cli binary", err)
+	}
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = redisServer(t, fmt.Sprintf("cluster-%d", i), false, "--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+	}
+	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, addr := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		waitUntil(t, 10*time.Second, addr+" cluster_state:ok", func() bool {
+			info, err := rdb.ClusterInfo(context.Background()).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok")
+		})
+		rdb.Close()
+	}
+	return addrs
+}
+
+// Sentinel is a master, one replica of it and one sentinel watching it,
+// all local.
+type Sentinel struct {
+	Addr       string // the sentinel's
+	MasterName string
+	Master     string
+	Replica    string
+}
+
+// RedisSentinel starts a master, a replica and a sentinel (quorum 1) on
+// free ports, waits until the sentinel knows the replica, and stops all
+// three at the end of the test.
+func RedisSentinel(t testing.TB) Sentinel {
+	t.Helper()
+	s := Sentinel{MasterName: "gateway"}
+	s.Master = redisServer(t, "master", false, "--repl-diskless-sync-delay", "0")
+	host, port, _ := net.SplitHostPort(s.Master)
+	s.Replica = redisServer(t, "replica", false, "--replicaof", host, port)
+	s.Addr = redisServer(t, "sentinel", true)
+	ctx := context.Background()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer sc.Close()
+	for _, cmd := range [][]any{
+		{"sentinel", "monitor", s.MasterName, host, port, "1"},
+		{"sentinel", "set", s.MasterName, "down-after-milliseconds", "1000"},
+		{"sentinel", "set", s.MasterName, "failover-timeout", "5000"},
+	} {
+		if err := sc.Process(ctx, redis.NewStatusCmd(ctx, cmd...)); err != nil {
+			t.Fatalf("%v: %v", cmd, err)
+		}
+	}
+	waitUntil(t, 15*time.Second, "the sentinel knows the replica", func() bool {
+		replicas, err := sc.Replicas(ctx, s.MasterName).Result()
+		if err != nil || len(replicas) != 1 {
+			return false
+		}
+		return replicas[0]["flags"] == "slave" && replicas[0]["master-link-status"] == "ok"
+	})
+	return s
+}
+
+// Failover asks the sentinel to promote the replica and waits until the
+// sentinel names it as the master and it accepts writes.
+func (s Sentinel) Failover(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer sc.Close()
+	if err := sc.Failover(ctx, s.MasterName).Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	waitUntil(t, 15*time.Second, "the sentinel names the replica master", func() bool {
+		addr, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
+		return err == nil && net.JoinHostPort(addr[0], addr[1]) == s.Replica
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Replica, MaxRetries: -1})
+	defer rdb.Close()
+	waitUntil(t, 15*time.Second, "the replica takes writes", func() bool {
+		role, err := rdb.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	})
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestOpenRedis(t *testing.T) {
+	tests := []struct {
+		name     string
+		give     redisConfig
+		wantType string // "" for no client
+		wantErr  string
+	}{
+		{name: "no url", give: redisConfig{Mode: redisSingle}},
+		{name: "single", give: redisConfig{Mode: redisSingle, URL: "redis://127.0.0.1:6379/2"}, wantType: "*redis.Client"},
+		{name: "cluster", give: redisConfig{Mode: redisCluster, URL: "redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002"}, wantType: "*redis.ClusterClient"},
+		{name: "sentinel", give: redisConfig{Mode: redisSentinel, URL: "redis://127.0.0.1:26379?master_name=gw&addr=127.0.0.1:26380"}, wantType: "*redis.Client"},
+		{name: "sentinel without master", give: redisConfig{Mode: redisSentinel, URL: "redis://127.0.0.1:26379"}, wantErr: "master_name"},
+		{name: "cluster with an unknown option", give: redisConfig{Mode: redisCluster, URL: "redis://127.0.0.1:7000?bogus=1"}, wantErr: "cluster URL"},
+		{name: "bad single url", give: redisConfig{Mode: redisSingle, URL: "http://x"}, wantErr: "redis:// URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.give.Timeout = 50 * time.Millisecond
+			rdb, err := openRedis(tt.give)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one naming %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "127.0.0.1") {
+					t.Errorf("the error repeats the URL: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rdb == nil {
+				if tt.wantType != "" {
+					t.Fatalf("no client, want %s", tt.wantType)
+				}
+				return
+			}
+			defer rdb.Close()
+			if got := typeName(rdb); got != tt.wantType {
+				t.Errorf("client %s, want %s", got, tt.wantType)
+			}
+		})
+	}
+}
+
+func typeName(rdb redis.UniversalClient) string {
+	switch rdb.(type) {
+	case *redis.ClusterClient:
+		return "*redis.ClusterClient"
+	case *redis.Client:
+		return "*redis.Client"
+	}
+	return "?"
+}
+
+func TestRedisModeIsValidated(t *testing.T) {
+	c := defaultRedisConfig()
+	c.Mode = "clustered"
+	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "single, cluster or sentinel") {
+		t.Fatalf("validate = %v", err)
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/realty-gateway/gateway/internal/settings"
+)
+
+// tracingConfig turns OpenTelemetry tracing on. Everything else about it
+// is set with the standard OTEL_* variables, which the SDK reads itself:
+// OTEL_TRACES_SAMPLER(_ARG), OTEL_BSP_*, OTEL_SERVICE_NAME,
+// OTEL_RESOURCE_ATTRIBUTES, OTEL_EXPORTER_OTLP_(TRACES_)HEADERS and the rest.
+type tracingConfig struct {
+	OTLPEndpoint settings.DSN `yaml:"otlpEndpoint" env:"OTLP_ENDPOINT" help:"OTLP/HTTP collector, such as http://collector:4318; empty: tracing is on only if OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set"`
+
+	// standard says whether a standard OTEL_EXPORTER_OTLP_* endpoint is
+	// set; disabled, whether OTEL_SDK_DISABLED=true. loadConfig sets both.
+	standard, disabled bool
+}
+
+// on reports whether spans are recorded and exported.
+func (c tracingConfig) on() bool { return !c.disabled && (c.OTLPEndpoint != "" || c.standard) }
+
+func (c tracingConfig) validate() error {
+	if c.OTLPEndpoint == "" {
+		return nil
+	}
+	u, err := url.Parse(string(c.OTLPEndpoint))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("tracing.otlpEndpoint must be an http:// or https:// URL")
+	}
+	return nil
+}
+
+// fromEnviron reads the standard variables that decide whether tracing is on.
+func (c *tracingConfig) fromEnviron(environ map[string]string) {
+	c.standard = environ["OTEL_EXPORTER_OTLP_ENDPOINT"] != "" || environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != ""
+	c.disabled = strings.EqualFold(environ["OTEL_SDK_DISABLED"], "true")
+}
+
+// openTracing returns the tracer provider exporting over OTLP/HTTP in
+// batches, or nil when tracing is off. Its Shutdown flushes the last spans.
+func openTracing(ctx context.Context, cfg tracingConfig) (*sdktrace.TracerProvider, error) {
+	if !cfg.on() {
+		return nil, nil
+	}
+	var opts []otlptracehttp.Option
+	if cfg.OTLPEndpoint != "" {
+		opts = append(opts, otlptracehttp.WithEndpointURL(tracesURL(string(cfg.OTLPEndpoint))))
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("tracing exporter: %w", err)
+	}
+	res, err := tracingResource(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The sampler comes from OTEL_TRACES_SAMPLER, by default
+	// parentbased_always_on; the batcher's settings from OTEL_BSP_*.
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}
+
+// tracesURL adds the signal's path to a collector's base URL, as the SDK
+// does with OTEL_EXPORTER_OTLP_ENDPOINT.
+func tracesURL(base string) string {
+	u, err := url.Parse(base)
+	if err != nil || strings.HasSuffix(u.Path, "/v1/traces") {
+		return base
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
+	return u.String()
+}
+
+// tracingResource names this service; OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES override it.
+func tracingResource(ctx context.Context) (*resource.Resource, error) {
+	version := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version = bi.Main.Version
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", "realty-gateway"), attribute.String("service.version", version)),
+		resource.WithTelemetrySDK(), resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("tracing resource: %w", err)
+	}
+	return res, nil
+}
+
+// shutdownTracing flushes the spans still queued, for at most 5 s.
+func shutdownTracing(tp *sdktrace.TracerProvider, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans lost at shutdown", "err", err)
+	}
+}
