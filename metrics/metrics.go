@@ -10,10 +10,6 @@ package metrics
 
 import (
 	"net/http"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,67 +20,26 @@ import (
 // Metrics is the registry and the metrics fed by the request path.
 type Metrics struct {
 	reg        *prometheus.Registry
-	requests   *prometheus.CounterVec
-	duration   *prometheus.HistogramVec
+	requests   *requests
 	logins     *prometheus.CounterVec
 	rejections *prometheus.CounterVec
 	store      *prometheus.CounterVec
 	storeTime  *prometheus.HistogramVec
-
-	// series caches each label set's counter and histogram by the index
-	// of its route, method and code, so that a request neither hashes its
-	// labels nor takes a lock; sync.Map holds the rare others.
-	series [len(routes) * len(methods) * 600]atomic.Pointer[series]
-	others sync.Map // seriesKey -> *series
 }
 
-// routes and methods are the label values that get a slot in series.
+// routes and methods are the label values of the request series.
 var (
 	routes  = [...]string{"/realty/:ref", "/auth/login", "/realty", "/openapi.yaml", "other"}
 	methods = [...]string{"GET", "POST", "PUT", "DELETE", "HEAD", "OTHER"}
 )
-
-type seriesKey struct {
-	route, method string
-	code          int
-}
-
-func slot(route, method string, code int) (int, bool) {
-	r, m := -1, -1
-	for i, v := range routes {
-		if v == route {
-			r = i
-		}
-	}
-	for i, v := range methods {
-		if v == method {
-			m = i
-		}
-	}
-	if r < 0 || m < 0 || code < 0 || code >= 600 {
-		return 0, false
-	}
-	return (r*len(methods)+m)*600 + code, true
-}
-
-type series struct {
-	count    prometheus.Counter
-	duration prometheus.Observer
-}
 
 // New registers the standard collectors and the gateway's metrics.
 func New() *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := &Metrics{
-		reg: reg,
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_http_requests_total", Help: "HTTP requests by route template, method and status code.",
-		}, []string{"route", "method", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "gateway_http_request_duration_seconds", Help: "HTTP request duration by route template and method.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"route", "method"}),
+		reg:      reg,
+		requests: newRequests(),
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_logins_total", Help: "Logins by outcome: ok, bad_credentials, limited, unavailable, bad_request.",
 		}, []string{"outcome"}),
@@ -99,7 +54,7 @@ func New() *Metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"op", "outcome"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.logins, m.rejections, m.store, m.storeTime)
+	reg.MustRegister(m.requests, m.logins, m.rejections, m.store, m.storeTime)
 	return m
 }
 
@@ -108,37 +63,11 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// Request counts one answered request. route is the route template, never
-// the raw path.
+// Request counts one answered request. route is the route template
+// (routes; any other counts as "other"), never the raw path; method one of
+// methods, else "OTHER".
 func (m *Metrics) Request(route, method string, code int, d time.Duration) {
-	se := m.seriesOf(route, method, code)
-	se.count.Inc()
-	se.duration.Observe(d.Seconds())
-}
-
-func (m *Metrics) seriesOf(route, method string, code int) *series {
-	i, ok := slot(route, method, code)
-	if ok {
-		if se := m.series[i].Load(); se != nil {
-			return se
-		}
-	}
-	// The caller's strings may alias a request buffer (fasthttp's are
-	// reused): what is kept is copied.
-	route, method = strings.Clone(route), strings.Clone(method)
-	k := seriesKey{route, method, code}
-	s, found := m.others.Load(k)
-	if !found {
-		s, _ = m.others.LoadOrStore(k, &series{
-			count:    m.requests.WithLabelValues(route, method, strconv.Itoa(code)),
-			duration: m.duration.WithLabelValues(route, method),
-		})
-	}
-	se := s.(*series)
-	if ok {
-		m.series[i].Store(se)
-	}
-	return se
+	m.requests.observe(route, method, code, d)
 }
 
 // Login counts a login by outcome.
