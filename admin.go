@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/gateway"
@@ -24,30 +26,75 @@ type purgeStats struct {
 	Dropped uint64 `json:"dropped"`
 }
 
+// readiness decides /readyz. It is false while draining, and while the
+// store and the shared cache tier both fail: then nothing can be served,
+// not even stale. A gateway whose store is down but whose cache answers
+// stays in rotation, since it serves cached listings (stale within
+// GATEWAY_CACHE_STALE); so does one without Redis, whose in-process cache
+// is all it has.
+//
+// The store's breaker is the evidence under traffic: while it is closed,
+// the gateway is ready with no check. Otherwise the store and Redis are
+// asked directly, each within its timeout, so that the answer does not
+// flap when a breaker turns half-open on its own in a gateway that gets
+// no traffic because it is out of rotation.
+type readiness struct {
+	draining     *atomic.Bool
+	storeSuspect func() bool                 // the store's breaker is not closed
+	pingStore    func(context.Context) error // within its own timeout
+	pingCache    func(context.Context) error // nil without Redis
+}
+
+// check returns the reason the gateway is not ready, or "".
+func (r readiness) check(ctx context.Context) string {
+	switch {
+	case r.draining.Load():
+		return "shutting down"
+	case !r.storeSuspect() || r.pingStore(ctx) == nil || r.pingCache == nil || r.pingCache(ctx) == nil:
+		return ""
+	default:
+		return "store and cache both failing"
+	}
+}
+
+// newReadiness checks store, and rdb when set, each within its timeout.
+func newReadiness(draining *atomic.Bool, guarded *upstream.Guarded, store upstream.Store, storeTimeout time.Duration,
+	rdb redis.UniversalClient, redisTimeout time.Duration) readiness {
+	r := readiness{
+		draining:     draining,
+		storeSuspect: func() bool { return guarded.BreakerState() != 0 },
+		pingStore: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+			defer cancel()
+			return store.Ping(ctx)
+		},
+	}
+	if rdb != nil {
+		r.pingCache = func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+			defer cancel()
+			return rdb.Ping(ctx).Err()
+		}
+	}
+	return r
+}
+
 // newAdmin returns the admin listener, on an address that is not exposed
 // to clients: liveness (/livez, and /healthz as an alias), readiness
-// (/readyz), Prometheus metrics (/metrics) and counters as JSON (/stats).
-//
-// Readiness is false while draining, and while the store's breaker is open
-// and the shared cache tier fails too: then nothing can be served, not
-// even stale. A gateway whose store is down but whose cache answers stays
-// in rotation, since it serves cached listings (stale within
-// GATEWAY_CACHE_STALE).
-func newAdmin(addr string, draining *atomic.Bool, listings *cache.Cache, guarded *upstream.Guarded, srv *gateway.Server,
+// (/readyz, see readiness), Prometheus metrics (/metrics) and counters as
+// JSON (/stats).
+func newAdmin(addr string, ready readiness, listings *cache.Cache, guarded *upstream.Guarded, srv *gateway.Server,
 	purger *cdn.Purger, m *metrics.Metrics) *http.Server {
 	mux := http.NewServeMux()
 	live := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }
 	mux.HandleFunc("GET /livez", live)
 	mux.HandleFunc("GET /healthz", live)
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		switch {
-		case draining.Load():
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-		case guarded.Open() && listings.TierBreakerState() == 2:
-			http.Error(w, "store and cache both failing", http.StatusServiceUnavailable)
-		default:
-			w.WriteHeader(http.StatusNoContent)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if reason := ready.check(r.Context()); reason != "" {
+			http.Error(w, reason, http.StatusServiceUnavailable)
+			return
 		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.Handle("GET /metrics", m.Handler())
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {

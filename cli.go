@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/upstream"
@@ -31,6 +32,29 @@ func withStore(ctx context.Context, cfg config, f func(upstream.Store) error) er
 	}
 	defer store.Close()
 	return f(store)
+}
+
+// withCache runs f with the listing cache over s: on Redis when one is
+// configured, subscribed first (for at most a second), so that a write
+// hears the other gateways acknowledge that they dropped what it replaces.
+func withCache(ctx context.Context, cfg config, s upstream.Store, log *slog.Logger, f func(*cache.Cache) error) error {
+	rdb, err := openRedis(cfg.Redis)
+	if err != nil {
+		return err
+	}
+	if rdb == nil {
+		return f(newCache(cfg, s, nil, log))
+	}
+	defer rdb.Close()
+	listings := newCache(cfg, s, rdb, log)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go listings.Run(runCtx)
+	select {
+	case <-listings.Subscribed():
+	case <-time.After(time.Second):
+	}
+	return f(listings)
 }
 
 func addFirm(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
@@ -192,33 +216,16 @@ func importListings(ctx context.Context, cfg config, log *slog.Logger, args []st
 		return fmt.Errorf("import: %w", err)
 	}
 	return withStore(ctx, cfg, func(s upstream.Store) error {
-		rdb, err := openRedis(cfg.Redis)
-		if err != nil {
-			return err
-		}
-		if rdb != nil {
-			defer rdb.Close()
-		}
-		listings := newCache(cfg, s, rdb, log)
-		// Subscribed, the import hears the other gateways acknowledge
-		// that they dropped what it replaces.
-		if rdb != nil {
-			runCtx, stop := context.WithCancel(ctx)
-			defer stop()
-			go listings.Run(runCtx)
-			select {
-			case <-listings.Subscribed():
-			case <-time.After(time.Second):
+		return withCache(ctx, cfg, s, log, func(listings *cache.Cache) error {
+			stored, _, err := listings.Import(ctx, ls)
+			if err != nil {
+				return fmt.Errorf("import: %w", err)
 			}
-		}
-		stored, _, err := listings.Import(ctx, ls)
-		if err != nil {
-			return fmt.Errorf("import: %w", err)
-		}
-		if n := listings.Stats().Incoherent; n > 0 {
-			return fmt.Errorf("imported %d listings, but %d cache keys could be neither written nor cleared; they expire within the negative TTL", len(stored), n)
-		}
-		return printJSON(stdout, map[string]any{"imported": len(stored)})
+			if n := listings.Stats().Incoherent; n > 0 {
+				return fmt.Errorf("imported %d listings, but %d cache keys could be neither written nor cleared; they expire within the negative TTL", len(stored), n)
+			}
+			return printJSON(stdout, map[string]any{"imported": len(stored)})
+		})
 	})
 }
 

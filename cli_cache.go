@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -31,7 +30,7 @@ func purgeCache(ctx context.Context, cfg config, log *slog.Logger, args []string
 		return usageError(use)
 	}
 	ref := args[0]
-	key, ok := cacheKeyOf(ref)
+	key, ok := gateway.ParseRef(ref)
 	if !ok {
 		return usageError(fmt.Sprintf("listing %q: want ID or FIRM-NO\n%s", ref, use))
 	}
@@ -39,41 +38,12 @@ func purgeCache(ctx context.Context, cfg config, log *slog.Logger, args []string
 		return errors.New("no Redis configured (GATEWAY_REDIS_URL): each gateway's in-process cache is its own")
 	}
 	return withStore(ctx, cfg, func(s upstream.Store) error {
-		rdb, err := openRedis(cfg.Redis)
-		if err != nil {
-			return err
-		}
-		defer rdb.Close()
-		listings := newCache(cfg, s, rdb, log)
-		// Subscribed, the purge hears the other gateways acknowledge that
-		// they dropped their copies.
-		runCtx, stop := context.WithCancel(ctx)
-		defer stop()
-		go listings.Run(runCtx)
-		select {
-		case <-listings.Subscribed():
-		case <-time.After(time.Second):
-		}
-		removed, err := listings.Purge(ctx, key)
-		if err != nil {
-			return fmt.Errorf("cache purge %s: %w", ref, err)
-		}
-		return printJSON(stdout, map[string]any{"purged": removed})
+		return withCache(ctx, cfg, s, log, func(listings *cache.Cache) error {
+			removed, err := listings.Purge(ctx, key)
+			if err != nil {
+				return fmt.Errorf("cache purge %s: %w", ref, err)
+			}
+			return printJSON(stdout, map[string]any{"purged": removed})
+		})
 	})
-}
-
-// cacheKeyOf parses "ID" or "FIRM-NO", positive decimal numbers.
-func cacheKeyOf(ref string) (cache.Key, bool) {
-	positive := func(s string) (int64, bool) {
-		n, err := strconv.ParseInt(s, 10, 64)
-		return n, err == nil && n > 0 && !strings.HasPrefix(s, "+")
-	}
-	firm, no, numbered := strings.Cut(ref, "-")
-	if !numbered {
-		id, ok := positive(ref)
-		return cache.ByID(id), ok
-	}
-	f, okF := positive(firm)
-	n, okN := positive(no)
-	return cache.ByNumber(f, n), okF && okN
 }

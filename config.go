@@ -129,7 +129,7 @@ func (c config) LogValue() slog.Value { return settings.LogValue(c) }
 // serverConfig is the process's own part: listeners, data, log, shutdown.
 type serverConfig struct {
 	Addr            string        `yaml:"addr" env:"ADDR" help:"public listener"`
-	AdminAddr       string        `yaml:"adminAddr" env:"ADMIN_ADDR" help:"health, readiness and stats listener; keep it private"`
+	AdminAddr       string        `yaml:"adminAddr" env:"ADMIN_ADDR" help:"liveness, readiness, metrics and stats listener; keep it private"`
 	DataDir         string        `yaml:"dataDir" env:"DATA_DIR" help:"where a generated JWT secret is kept"`
 	LogLevel        string        `yaml:"logLevel" env:"LOG_LEVEL" help:"debug, info, warn or error (anything else: info)"`
 	ShutdownDelay   time.Duration `yaml:"shutdownDelay" env:"SHUTDOWN_DELAY" help:"readiness is false this long before draining"`

@@ -86,6 +86,12 @@ func TestEndToEndCLIExitCodes(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil || !strings.HasPrefix(v["go"], "go") {
 		t.Fatalf("version printed %q", out)
 	}
+	// Built in a git checkout, the binary names its commit.
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		if want := strings.TrimSpace(string(head)); v["revision"] != want {
+			t.Errorf("version names revision %q, want HEAD %s", v["revision"], want)
+		}
+	}
 }
 
 // TestEndToEndPasswordFromStdin: the password never needs to be an

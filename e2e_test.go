@@ -520,6 +520,60 @@ func TestEndToEndStaleOr503WhileStoreIsDown(t *testing.T) {
 	}
 }
 
+// TestEndToEndReadyzFlips: /readyz stays 204 while only the store is down
+// (the cache serves), turns 503 when Redis goes too, stays 503 past the
+// breaker's open period although no request comes, and turns 204 again
+// when both are back.
+func TestEndToEndReadyzFlips(t *testing.T) {
+	pgURL := testenv.PostgresURL(t)
+	e, _ := postgresEnv(t, pgURL, testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	pgProxy := gatewaytest.NewProxy(t, "127.0.0.1:5432")
+	redisProxy := gatewaytest.NewProxy(t, testenv.RedisAddr(t))
+	e["GATEWAY_STORE_URL"] = strings.Replace(pgURL, "127.0.0.1:5432", pgProxy.Addr(), 1)
+	e["GATEWAY_REDIS_URL"] = "redis://" + redisProxy.Addr() + "/0"
+	e["GATEWAY_BREAKER_OPEN_FOR"] = "1s"
+	e["GATEWAY_BREAKER_MIN_REQUESTS"] = "3"
+	e["GATEWAY_STORE_TIMEOUT"] = "300ms"
+	p := start(t, e)
+	tok := p.token(t, w.otpLogin())
+	ready := func() int {
+		resp, err := http.Get(p.AdminBase + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := ready(); got != http.StatusNoContent {
+		t.Fatalf("/readyz with everything up: %d", got)
+	}
+
+	pgProxy.Stop()
+	for i := range 6 { // misses open the store's breaker
+		p.view(t, fmt.Sprintf("/realty/%d-%d", w.firm, 100+i), tok)
+	}
+	if got := ready(); got != http.StatusNoContent {
+		t.Fatalf("/readyz with only the store down: %d, want 204 (the cache serves)", got)
+	}
+	redisProxy.Stop()
+	if got := ready(); got != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with the store and Redis down: %d, want 503", got)
+	}
+	time.Sleep(1500 * time.Millisecond) // the breaker turns half-open on its own
+	if got := ready(); got != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz past the breaker's open period, no traffic: %d, want 503", got)
+	}
+
+	if err := pgProxy.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redisProxy.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, func() bool { return ready() == http.StatusNoContent })
+}
+
 func TestEndToEndReadsWhileRedisIsStopped(t *testing.T) {
 	e, prefix := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
 	w := newWorld(t, e)
@@ -572,13 +626,19 @@ func TestEndToEndEmbeddedSQLiteDefaults(t *testing.T) {
 		APIKey   string `json:"apiKey"`
 		Password string `json:"password"`
 	}
-	for _, line := range strings.Split(p.Logs(), "\n") {
-		if strings.Contains(line, "seeded the empty embedded store") {
-			_ = json.Unmarshal([]byte(line), &seed)
-		}
+	credsFile := filepath.Join(dir, demoCredentialsFile)
+	b, err := os.ReadFile(credsFile)
+	if err != nil || json.Unmarshal(b, &seed) != nil || seed.APIKey == "" || seed.Password == "" {
+		t.Fatalf("no demo credentials in %s (%v): %s", credsFile, err, b)
 	}
-	if seed.APIKey == "" || seed.Password == "" {
-		t.Fatalf("no demo credentials logged:\n%s", p.Logs())
+	if fi, err := os.Stat(credsFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("demo credentials file mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+	if strings.Contains(p.Logs(), seed.APIKey) || strings.Contains(p.Logs(), seed.Password) {
+		t.Fatalf("the demo credentials reached the log:\n%s", p.Logs())
+	}
+	if !strings.Contains(p.Logs(), credsFile) {
+		t.Errorf("the log does not say where the demo credentials are:\n%s", p.Logs())
 	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "gateway.db")); err != nil {
 		t.Fatalf("embedded store not at data/gateway.db: %v", err)

@@ -110,14 +110,21 @@ func TestEndToEndTracesExported(t *testing.T) {
 				}
 				return
 			}
-			testenv.WaitFor(t, func() bool {
+			// The default batch delay is 5 s: spans within 2 s show that
+			// OTEL_BSP_SCHEDULE_DELAY was honoured.
+			arrived := func() bool {
 				for _, name := range c.trace(traceID) {
 					if name == "GET /realty/:ref" {
 						return true
 					}
 				}
 				return false
-			})
+			}
+			for deadline := time.Now().Add(2 * time.Second); !arrived(); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the view's span did not arrive within 2 s; its trace holds %v", c.trace(traceID))
+				}
+			}
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			for _, path := range c.paths {

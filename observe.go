@@ -29,7 +29,7 @@ func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratel
 	if rdb != nil {
 		lines = []line{
 			{"local", "hit", func(s cache.Stats) uint64 { return s.LocalHits }},
-			{"redis", "hit", func(s cache.Stats) uint64 { return s.Hits - s.LocalHits }},
+			{"redis", "hit", func(s cache.Stats) uint64 { return s.TierHits }},
 			{"redis", "miss", func(s cache.Stats) uint64 { return s.Misses }},
 			{"redis", "stale", func(s cache.Stats) uint64 { return s.Stale }},
 			{"redis", "negative", func(s cache.Stats) uint64 { return s.Negative }},

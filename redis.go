@@ -58,9 +58,7 @@ func openRedis(cfg redisConfig) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, errors.New("redis.url is not a valid cluster URL (redis://host1:port1?addr=host2:port2)")
 		}
-		o.ContextTimeoutEnabled = true
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = cfg.Timeout, cfg.Timeout, cfg.Timeout, cfg.Timeout
-		o.MaxRetries = 1
+		cfg.bound(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
 		return redis.NewClusterClient(o), nil
 	case redisSentinel:
 		o, err := redis.ParseFailoverURL(url)
@@ -70,19 +68,24 @@ func openRedis(cfg redisConfig) (redis.UniversalClient, error) {
 		if o.MasterName == "" {
 			return nil, errors.New("redis.url names no master: add ?master_name=NAME")
 		}
-		o.ContextTimeoutEnabled = true
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = cfg.Timeout, cfg.Timeout, cfg.Timeout, cfg.Timeout
-		o.MaxRetries = 1
+		cfg.bound(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
 		return redis.NewFailoverClient(o), nil
 	default:
 		o, err := redis.ParseURL(url)
 		if err != nil {
 			return nil, errors.New("redis.url is not a valid redis:// URL")
 		}
-		o.ContextTimeoutEnabled = true
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = cfg.Timeout, cfg.Timeout, cfg.Timeout, cfg.Timeout
-		o.MaxRetries = 1
+		cfg.bound(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
 		return redis.NewClient(o), nil
+	}
+}
+
+// bound has a client honour contexts' deadlines, retry once and wait at
+// most c.Timeout in each of waits.
+func (c redisConfig) bound(contextTimeout *bool, retries *int, waits ...*time.Duration) {
+	*contextTimeout, *retries = true, 1
+	for _, w := range waits {
+		*w = c.Timeout
 	}
 }
 

@@ -49,6 +49,20 @@ func TestOpenRedis(t *testing.T) {
 			if got := typeName(rdb); got != tt.wantType {
 				t.Errorf("client %s, want %s", got, tt.wantType)
 			}
+			var read, pool time.Duration
+			var retries int
+			var ctxTimeout bool
+			switch c := rdb.(type) {
+			case *redis.Client:
+				o := c.Options()
+				read, pool, retries, ctxTimeout = o.ReadTimeout, o.PoolTimeout, o.MaxRetries, o.ContextTimeoutEnabled
+			case *redis.ClusterClient:
+				o := c.Options()
+				read, pool, retries, ctxTimeout = o.ReadTimeout, o.PoolTimeout, o.MaxRetries, o.ContextTimeoutEnabled
+			}
+			if read != tt.give.Timeout || pool != tt.give.Timeout || retries != 1 || !ctxTimeout {
+				t.Errorf("read %v, pool wait %v, retries %d, context deadlines %v; want %v, %v, 1, true", read, pool, retries, ctxTimeout, tt.give.Timeout, tt.give.Timeout)
+			}
 		})
 	}
 }

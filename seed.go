@@ -4,18 +4,26 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
+// demoCredentialsFile, in the data directory, holds what a client needs to
+// log in to the demo data: the API key and password never reach the log.
+const demoCredentialsFile = "demo-credentials.json"
+
 // seedDemo fills an empty embedded store with a demo firm, two users (one
-// with a password, one passwordless) and a few listings, and logs what a
-// client needs to log in. It never runs against PostgreSQL.
-func seedDemo(ctx context.Context, store upstream.Store, log *slog.Logger) error {
+// with a password, one passwordless) and a few listings, and writes what a
+// client needs to log in to demoCredentialsFile in dataDir, readable by
+// the owner only. It never runs against PostgreSQL.
+func seedDemo(ctx context.Context, store upstream.Store, dataDir string, log *slog.Logger) error {
 	empty, err := store.Empty(ctx)
 	if err != nil || !empty {
 		return err
@@ -46,10 +54,19 @@ func seedDemo(ctx context.Context, store upstream.Store, log *slog.Logger) error
 	if _, err := store.ImportListings(ctx, demoListings(firm.ID, agent.ID)); err != nil {
 		return err
 	}
-	log.Warn("seeded the empty embedded store with demo data; do not use it in production",
-		"firmId", firm.ID, "apiKey", key,
-		"passwordUser", "agent@demo.example", "password", password,
-		"passwordlessUser", "otp@demo.example")
+	creds, err := json.MarshalIndent(map[string]any{"firmId": firm.ID, "apiKey": key,
+		"passwordUser": "agent@demo.example", "password": password, "passwordlessUser": "otp@demo.example"}, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dataDir, demoCredentialsFile)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("demo credentials: %w", err)
+	}
+	if err := os.WriteFile(path, append(creds, '\n'), 0o600); err != nil {
+		return fmt.Errorf("demo credentials: %w", err)
+	}
+	log.Warn("seeded the empty embedded store with demo data; do not use it in production", "credentials", path)
 	return nil
 }
 

@@ -29,7 +29,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err := ensureJWTSecret(&cfg, log); err != nil {
 		return err
 	}
-	tp, err := openTracing(ctx, cfg.Tracing)
+	tp, err := openTracing(ctx, cfg.Tracing, log)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb)
 	p.srv.Observe(m)
 	var draining atomic.Bool
-	admin := newAdmin(cfg.Server.AdminAddr, &draining, p.listings, p.guarded, p.srv, p.cdnPurger, m)
+	ready := newReadiness(&draining, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
+	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, m)
 	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
 }
 
@@ -91,7 +92,7 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 	}
 	p.store = store
 	if embedded {
-		if err := seedDemo(ctx, store, log); err != nil {
+		if err := seedDemo(ctx, store, cfg.Server.DataDir, log); err != nil {
 			return nil, fmt.Errorf("seed: %w", err)
 		}
 	}

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -40,6 +43,9 @@ func (c tracingConfig) validate() error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("tracing.otlpEndpoint must be an http:// or https:// URL")
 	}
+	if u.User != nil {
+		return fmt.Errorf("tracing.otlpEndpoint must not carry credentials: put them in OTEL_EXPORTER_OTLP_HEADERS")
+	}
 	return nil
 }
 
@@ -51,10 +57,17 @@ func (c *tracingConfig) fromEnviron(environ map[string]string) {
 
 // openTracing returns the tracer provider exporting over OTLP/HTTP in
 // batches, or nil when tracing is off. Its Shutdown flushes the last spans.
-func openTracing(ctx context.Context, cfg tracingConfig) (*sdktrace.TracerProvider, error) {
+// The OpenTelemetry SDK reports export failures and its own diagnostics
+// through process-wide hooks; openTracing points both at log, with any
+// credentials in a URL masked, instead of the SDK's plain-text default.
+func openTracing(ctx context.Context, cfg tracingConfig, log *slog.Logger) (*sdktrace.TracerProvider, error) {
 	if !cfg.on() {
 		return nil, nil
 	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing: spans not exported", "err", maskURLCredentials(err.Error()))
+	}))
+	otel.SetLogger(logr.FromSlogHandler(log.Handler()))
 	var opts []otlptracehttp.Option
 	if cfg.OTLPEndpoint != "" {
 		opts = append(opts, otlptracehttp.WithEndpointURL(tracesURL(string(cfg.OTLPEndpoint))))
@@ -71,6 +84,12 @@ func openTracing(ctx context.Context, cfg tracingConfig) (*sdktrace.TracerProvid
 	// parentbased_always_on; the batcher's settings from OTEL_BSP_*.
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
 }
+
+// urlCredentials matches the user information of a URL in a text.
+var urlCredentials = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@`)
+
+// maskURLCredentials masks the user information of every URL in s.
+func maskURLCredentials(s string) string { return urlCredentials.ReplaceAllString(s, "${1}***@") }
 
 // tracesURL adds the signal's path to a collector's base URL, as the SDK
 // does with OTEL_EXPORTER_OTLP_ENDPOINT.

@@ -157,8 +157,11 @@ type Stats struct {
 	// Incoherent counts keys that a write could neither update nor
 	// remove; they may serve the old version until they stop being fresh.
 	Incoherent uint64 `json:"incoherent"`
-	// LocalHits are the hits answered by the local tier in front of Redis.
+	// LocalHits are the hits answered by the local tier in front of Redis;
+	// TierHits those answered by Redis (or, without Redis, by the
+	// in-process tier after a first look missed it).
 	LocalHits uint64 `json:"localHits"`
+	TierHits  uint64 `json:"tierHits"`
 	// Negative are reads answered by a cached "no such listing"; Shared
 	// are reads that joined another's load of the same key.
 	Negative uint64 `json:"negative"`
@@ -187,6 +190,7 @@ type Cache struct {
 	now    func() time.Time
 
 	hits, misses, stale, loads, tierErrors, corrupt, incoherent, localHits atomic.Uint64
+	tierHits                                                               atomic.Uint64
 	negative, shared                                                       atomic.Uint64
 	tierDown                                                               atomic.Bool
 
@@ -206,7 +210,7 @@ func (c *Cache) Stats() Stats {
 	s := Stats{
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Stale: c.stale.Load(),
 		StoreLoads: c.loads.Load(), TierErrors: c.tierErrors.Load(), Corrupt: c.corrupt.Load(),
-		Incoherent: c.incoherent.Load(), LocalHits: c.localHits.Load(),
+		Incoherent: c.incoherent.Load(), LocalHits: c.localHits.Load(), TierHits: c.tierHits.Load(),
 		Negative: c.negative.Load(), Shared: c.shared.Load(),
 		LocalTierOn: c.front != nil && c.front.enabled.Load(),
 	}
@@ -259,6 +263,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		e, err := cached(r, name)
 		if err == nil {
 			c.hits.Add(1)
+			c.tierHits.Add(1)
 			c.keep(k, r, gen)
 		} else {
 			c.negative.Add(1)
@@ -288,6 +293,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		switch l.state {
 		case Hit:
 			c.hits.Add(1)
+			c.tierHits.Add(1)
 		case Stale:
 			c.stale.Add(1)
 		default:

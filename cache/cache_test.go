@@ -517,3 +517,17 @@ func TestMissWritesBothKeysInOnePipeline(t *testing.T) {
 		t.Fatalf("a hit sent %v, want one GET", trips.commands)
 	}
 }
+
+func TestTierHitsCountRedisHits(t *testing.T) {
+	src := newSource(listing(42, 7, 3, true))
+	c, _, _ := newRedisCache(t, src) // not subscribed: no local tier
+	ctx := context.Background()
+	for _, k := range []Key{ByID(42), ByID(42), ByNumber(7, 3)} {
+		if _, err := c.Get(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := c.Stats(); s.Misses != 1 || s.TierHits != 2 || s.Hits != 2 || s.LocalHits != 0 {
+		t.Fatalf("stats %+v: want 1 miss, 2 hits, both from Redis", s)
+	}
+}

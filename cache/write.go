@@ -244,7 +244,7 @@ func (c *Cache) Purge(ctx context.Context, k Key) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache key %s: %w", name, err)
 	}
-	if r, derr := decodeRecord(b); b != nil && derr == nil {
+	if r, derr := decodeRecord(b); b != nil && derr == nil && r.id > 0 { // a cached absence names no listing
 		it = Invalidation{ID: r.id, FirmID: r.firmID, No: r.no, Revision: r.revision}
 	} else if l, err := c.Resolve(ctx, k); err == nil {
 		it = invalidationOf(l, l.Revision)

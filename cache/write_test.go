@@ -373,3 +373,22 @@ func TestPurgeOfAnUnknownListingRemovesItsKey(t *testing.T) {
 		t.Fatal("the key is still there")
 	}
 }
+
+// TestPurgeOverACachedAbsence: a cached "no such listing" names no other
+// key, so the listing's keys come from the store.
+func TestPurgeOverACachedAbsence(t *testing.T) {
+	src := newSource(listing(42, 7, 3, true))
+	c, rdb, prefix := newRedisCache(t, src)
+	ctx := context.Background()
+	absent := record{kind: kindAbsent, etag: []byte("-"), freshUntil: time.Now().Add(time.Minute).UnixMilli()}
+	rdb.Set(ctx, prefix+"realty:listing:7-3", absent.encode(), time.Minute)
+	rdb.Set(ctx, prefix+"realty:id:42", absent.encode(), time.Minute)
+	names, err := c.Purge(ctx, ByNumber(7, 3))
+	want := []string{prefix + "realty:id:42", prefix + "realty:listing:7-3"}
+	if err != nil || !slices.Equal(names, want) {
+		t.Fatalf("Purge = %q, %v; want %q", names, err, want)
+	}
+	if n := rdb.Exists(ctx, want...).Val(); n != 0 {
+		t.Fatalf("%d keys left", n)
+	}
+}

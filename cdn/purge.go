@@ -146,7 +146,7 @@ func (p *Purger) Purge(ctx context.Context, hard bool, keys ...string) {
 			j.repeated, j.attempt, j.next = true, 0, p.now().Add(p.repurgeAfter())
 		}
 	}
-	p.enqueue(j)
+	p.enqueue(ctx, j)
 }
 
 // PurgeNow sends a hard purge of keys once, for at most the purge
@@ -158,12 +158,12 @@ func (p *Purger) PurgeNow(ctx context.Context, keys ...string) error {
 	return p.attempt(ctx, &job{hard: true, keys: keys})
 }
 
-func (p *Purger) enqueue(j *job) {
+func (p *Purger) enqueue(ctx context.Context, j *job) {
 	select {
 	case p.queue <- j:
 	default:
 		p.dropped.Add(1)
-		p.log.Warn("CDN purge queue full, purge dropped", "keys", strings.Join(j.keys, " "))
+		p.log.WarnContext(ctx, "CDN purge queue full, purge dropped", "keys", strings.Join(j.keys, " "))
 	}
 }
 

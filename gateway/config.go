@@ -85,7 +85,7 @@ func DefaultConfig() Config {
 		BodyLimit:      64 << 10,
 		HeaderLimit:    8 << 10,
 		TrustedProxies: []string{},
-		AccessLog:      "errors",
+		AccessLog:      "all",
 		JWT:            JWT{Issuer: "realty-gateway", Audience: "realty-api", TokenTTL: time.Hour, Leeway: 30 * time.Second},
 		Login: Login{
 			HashConcurrency: 4, HashWait: 250 * time.Millisecond,

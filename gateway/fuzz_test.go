@@ -21,7 +21,7 @@ func FuzzParseRef(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, ref string) {
-		key, ok := parseRef(ref)
+		key, ok := ParseRef(ref)
 		if !ok {
 			return
 		}
@@ -29,17 +29,17 @@ func FuzzParseRef(f *testing.F) {
 		switch {
 		case key.ID != 0:
 			if key.ID <= 0 || key.FirmID != 0 || key.No != 0 {
-				t.Fatalf("parseRef(%q) = %+v: an id key must have only a positive ID", ref, key)
+				t.Fatalf("ParseRef(%q) = %+v: an id key must have only a positive ID", ref, key)
 			}
 			formatted = strconv.FormatInt(key.ID, 10)
 		default:
 			if key.FirmID <= 0 || key.No <= 0 {
-				t.Fatalf("parseRef(%q) = %+v: a number key must have a positive firm and no", ref, key)
+				t.Fatalf("ParseRef(%q) = %+v: a number key must have a positive firm and no", ref, key)
 			}
 			formatted = strconv.FormatInt(key.FirmID, 10) + "-" + strconv.FormatInt(key.No, 10)
 		}
 		if formatted != ref {
-			t.Fatalf("parseRef(%q) = %+v, which formats as %q: a non-canonical form was accepted", ref, key, formatted)
+			t.Fatalf("ParseRef(%q) = %+v, which formats as %q: a non-canonical form was accepted", ref, key, formatted)
 		}
 	})
 }

@@ -301,9 +301,9 @@ func TestParseRef(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
-			got, ok := parseRef(tt.give)
+			got, ok := ParseRef(tt.give)
 			if ok != tt.wantOK || (ok && got != tt.want) {
-				t.Fatalf("parseRef(%q) = %+v, %v; want %+v, %v", tt.give, got, ok, tt.want, tt.wantOK)
+				t.Fatalf("ParseRef(%q) = %+v, %v; want %+v, %v", tt.give, got, ok, tt.want, tt.wantOK)
 			}
 		})
 	}

@@ -454,8 +454,8 @@ func TestOpenAPIRefPattern(t *testing.T) {
 			if got := matches(tt.give); got != tt.wantSchema {
 				t.Errorf("pattern matches %q: %v, want %v", tt.give, got, tt.wantSchema)
 			}
-			if _, got := parseRef(tt.give); got != tt.wantCode {
-				t.Errorf("parseRef(%q) ok = %v, want %v", tt.give, got, tt.wantCode)
+			if _, got := ParseRef(tt.give); got != tt.wantCode {
+				t.Errorf("ParseRef(%q) ok = %v, want %v", tt.give, got, tt.wantCode)
 			}
 		})
 	}

@@ -13,10 +13,10 @@ import (
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// parseRef tells the two path forms apart: plain decimal digits are an id,
+// ParseRef tells the two path forms apart: plain decimal digits are an id,
 // "<digits>-<digits>" is a listing number. Numbers start at 1 and are
 // written without sign or leading zeros.
-func parseRef(ref string) (cache.Key, bool) {
+func ParseRef(ref string) (cache.Key, bool) {
 	firm, no, numbered := strings.Cut(ref, "-")
 	if !numbered {
 		id, ok := parseID(ref)
@@ -43,7 +43,7 @@ func parseID(s string) (int64, bool) {
 var errBadPath = badRequest("The path must be /realty/{id} or /realty/{firmId}-{no}, with positive decimal numbers.")
 
 func (s *Server) view(c *fiber.Ctx) error {
-	key, ok := parseRef(c.Params("ref"))
+	key, ok := ParseRef(c.Params("ref"))
 	if !ok {
 		return errBadPath
 	}
@@ -194,7 +194,7 @@ func (s *Server) create(c *fiber.Ctx) error {
 // token's firm's. Other firms' listings are 404, so their existence does
 // not leak.
 func (s *Server) owned(c *fiber.Ctx) (upstream.Listing, error) {
-	key, ok := parseRef(c.Params("ref"))
+	key, ok := ParseRef(c.Params("ref"))
 	if !ok {
 		return upstream.Listing{}, errBadPath
 	}

@@ -90,10 +90,10 @@ func guard[T any](ctx context.Context, g *Guarded, op string, call func(context.
 	v, err := breaker.Do(ctx, g.guard, call)
 	outcome := "error"
 	switch {
-	case err == nil:
-		outcome = "ok"
 	case errors.Is(err, ErrNotFound):
 		outcome = "not_found"
+	case Answered(err): // none, or a conflict or invalid input: the store answered
+		outcome = "ok"
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests), errors.Is(err, breaker.ErrBulkheadFull):
 		outcome = "rejected"
 	}

@@ -51,7 +51,9 @@ func Build(dir string) (bin string, err error) {
 		return "", err
 	}
 	bin = filepath.Join(dir, "gateway")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	// -buildvcs=auto: a GOFLAGS of the machine may turn stamping off, and
+	// "gateway version" names the commit it was built from.
+	cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, ".")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build in %s: %w\n%s", root, err, out)
