@@ -124,6 +124,14 @@ func TestEndToEndLogHoldsNoSecret(t *testing.T) {
 	e["GATEWAY_STORE_URL"] = pgURL.String()
 	e["GATEWAY_ACCESS_LOG"] = "all"
 	e["GATEWAY_LOG_LEVEL"] = "debug"
+	// A CDN purge API and a trace collector, each with a credential, that
+	// refuse every connection: their failures are logged.
+	dead := "http://" + gatewaytest.FreeAddr(t)
+	e["GATEWAY_CDN_PURGE_URL"] = dead + "/purge/{key}"
+	e["GATEWAY_CDN_PURGE_HEADER"] = "Purge-Token: cdn-secret-in-a-header"
+	e["GATEWAY_OTLP_ENDPOINT"] = dead
+	e["OTEL_EXPORTER_OTLP_HEADERS"] = "Authorization=Bearer%20otlp-secret-in-a-header"
+	e["OTEL_BSP_SCHEDULE_DELAY"] = "100"
 	w := newWorld(t, e)
 	p := start(t, e)
 	tok := p.token(t, w.passwordLogin())
@@ -143,10 +151,14 @@ func TestEndToEndLogHoldsNoSecret(t *testing.T) {
 		}
 		return n
 	}
-	// The log reaches the test through a pipe: wait for the last lines.
-	testenv.WaitFor(t, func() bool { return accessLines(p.Logs()) >= 5 })
+	// The log reaches the test through a pipe: wait for the last lines,
+	// and for the failed span export.
+	testenv.WaitFor(t, func() bool {
+		return accessLines(p.Logs()) >= 5 && strings.Contains(p.Logs(), "tracing: spans not exported")
+	})
 	logs := p.Logs()
-	for _, secret := range []string{w.password, "wrong-password-guess", w.key, w.key2, tok, e["GATEWAY_JWT_SECRET"], "pg-password-in-the-url"} {
+	for _, secret := range []string{w.password, "wrong-password-guess", w.key, w.key2, tok, e["GATEWAY_JWT_SECRET"], "pg-password-in-the-url",
+		"cdn-secret-in-a-header", "otlp-secret-in-a-header"} {
 		if strings.Contains(logs, secret) {
 			t.Errorf("the log holds a secret (%.6s…)", secret)
 		}

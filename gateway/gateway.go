@@ -115,6 +115,7 @@ type Server struct {
 	requestIDPrefix     string
 	requestCount        atomic.Uint64
 	panics              atomic.Uint64
+	openAPIETag         []byte // of the served API description
 	// tracer and propagator are set by Trace; nil: no spans.
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
@@ -169,6 +170,7 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 		dummyHash:           dummy,
 		retryAfterSeconds:   seconds(cfg.RetryAfter, 1),
 		requestIDPrefix:     idPrefix,
+		openAPIETag:         openAPIETag(),
 	}, nil
 }
 

@@ -15,11 +15,12 @@ import (
 var openAPIYAML []byte
 
 // openAPIETag is the strong entity tag of openAPIYAML, made the way the
-// cache tags listing bodies: a quoted base64url SHA-256 prefix.
-var openAPIETag = func() []byte {
+// cache tags listing bodies: a quoted base64url SHA-256 prefix. New keeps
+// it in the Server.
+func openAPIETag() []byte {
 	sum := sha256.Sum256(openAPIYAML)
 	return []byte(`"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`)
-}()
+}
 
 // openAPICacheControl lets any cache keep the document for five minutes:
 // it is public and changes only with a new build, and after that the
@@ -33,9 +34,9 @@ const openAPIMediaType = "application/yaml"
 // answered like GET, without the body.
 func (s *Server) openAPI(c *fiber.Ctx) error {
 	h := &c.Response().Header
-	h.SetBytesV(fiber.HeaderETag, openAPIETag)
+	h.SetBytesV(fiber.HeaderETag, s.openAPIETag)
 	h.Set(fiber.HeaderCacheControl, openAPICacheControl)
-	if etagMatches(c.Request().Header.Peek(fiber.HeaderIfNoneMatch), openAPIETag) {
+	if etagMatches(c.Request().Header.Peek(fiber.HeaderIfNoneMatch), s.openAPIETag) {
 		return c.SendStatus(fiber.StatusNotModified)
 	}
 	h.SetContentType(openAPIMediaType)

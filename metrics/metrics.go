@@ -27,12 +27,6 @@ type Metrics struct {
 	storeTime  *prometheus.HistogramVec
 }
 
-// routes and methods are the label values of the request series.
-var (
-	routes  = [...]string{"/realty/:ref", "/auth/login", "/realty", "/openapi.yaml", "other"}
-	methods = [...]string{"GET", "POST", "PUT", "DELETE", "HEAD", "OTHER"}
-)
-
 // New registers the standard collectors and the gateway's metrics.
 func New() *Metrics {
 	reg := prometheus.NewRegistry()
@@ -64,8 +58,8 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // Request counts one answered request. route is the route template
-// (routes; any other counts as "other"), never the raw path; method one of
-// methods, else "OTHER".
+// (routeLabels; any other counts as "other"), never the raw path; method
+// one of methodLabels, else "OTHER".
 func (m *Metrics) Request(route, method string, code int, d time.Duration) {
 	m.requests.observe(route, method, code, d)
 }

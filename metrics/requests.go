@@ -17,34 +17,55 @@ import (
 // cached view that difference is measurable (metrics_test.go).
 type requests struct {
 	countDesc, durationDesc *prometheus.Desc
-	boundNanos              [len(durationBounds)]int64 // durationBounds in nanoseconds
-	series                  [len(routes) * len(methods)]requestSeries
+	routes                  [nRoutes]string
+	methods                 [nMethods]string
+	bounds                  [nBounds]float64 // seconds
+	boundNanos              [nBounds]int64
+	series                  [nRoutes * nMethods]requestSeries
+}
+
+const (
+	nRoutes  = 5
+	nMethods = 6
+	nBounds  = 15
+)
+
+// routeLabels and methodLabels are the label values of the request series;
+// the last of each stands for any other.
+func routeLabels() [nRoutes]string {
+	return [...]string{"/realty/:ref", "/auth/login", "/realty", "/openapi.yaml", "other"}
+}
+
+func methodLabels() [nMethods]string {
+	return [...]string{"GET", "POST", "PUT", "DELETE", "HEAD", "OTHER"}
 }
 
 // durationBounds are the histogram's upper bounds, in seconds.
-var durationBounds = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+func durationBounds() [nBounds]float64 {
+	return [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+}
 
 type requestSeries struct {
 	codes    [600]atomic.Uint64 // by status code; 0 holds codes out of range
-	buckets  [len(durationBounds) + 1]atomic.Uint64
+	buckets  [nBounds + 1]atomic.Uint64
 	sumNanos atomic.Int64
 }
 
 func newRequests() *requests {
-	r := &requests{
+	r := &requests{routes: routeLabels(), methods: methodLabels(), bounds: durationBounds(),
 		countDesc: prometheus.NewDesc("gateway_http_requests_total",
 			"HTTP requests by route template, method and status code.", []string{"route", "method", "code"}, nil),
 		durationDesc: prometheus.NewDesc("gateway_http_request_duration_seconds",
 			"HTTP request duration by route template and method.", []string{"route", "method"}, nil),
 	}
-	for i, b := range durationBounds {
+	for i, b := range r.bounds {
 		r.boundNanos[i] = int64(b * float64(time.Second))
 	}
 	return r
 }
 
 func (r *requests) observe(route, method string, code int, d time.Duration) {
-	se := &r.series[indexOf(routes[:], route, len(routes)-1)*len(methods)+indexOf(methods[:], method, len(methods)-1)]
+	se := &r.series[indexOf(r.routes[:], route)*nMethods+indexOf(r.methods[:], method)]
 	if code < 0 || code >= len(se.codes) {
 		code = 0
 	}
@@ -57,14 +78,14 @@ func (r *requests) observe(route, method string, code int, d time.Duration) {
 	se.sumNanos.Add(int64(d))
 }
 
-// indexOf is v's index in values, or other (the index of "other").
-func indexOf(values []string, v string, other int) int {
-	for i, x := range values {
+// indexOf is v's index in values, or the last one's ("other").
+func indexOf(values []string, v string) int {
+	for i, x := range values[:len(values)-1] {
 		if x == v {
 			return i
 		}
 	}
-	return other
+	return len(values) - 1
 }
 
 func (r *requests) Describe(ch chan<- *prometheus.Desc) {
@@ -75,7 +96,7 @@ func (r *requests) Describe(ch chan<- *prometheus.Desc) {
 func (r *requests) Collect(ch chan<- prometheus.Metric) {
 	for i := range r.series {
 		se := &r.series[i]
-		route, method := routes[i/len(methods)], methods[i%len(methods)]
+		route, method := r.routes[i/nMethods], r.methods[i%nMethods]
 		for code := range se.codes {
 			if n := se.codes[code].Load(); n > 0 {
 				label := strconv.Itoa(code)
@@ -86,11 +107,11 @@ func (r *requests) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		var count uint64
-		cumulative := make(map[float64]uint64, len(durationBounds))
+		cumulative := make(map[float64]uint64, nBounds)
 		for b := range se.buckets {
 			count += se.buckets[b].Load()
-			if b < len(durationBounds) {
-				cumulative[durationBounds[b]] = count
+			if b < nBounds {
+				cumulative[r.bounds[b]] = count
 			}
 		}
 		if count > 0 {
@@ -98,4 +119,11 @@ func (r *requests) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstHistogram(r.durationDesc, count, sum, cumulative, route, method)
 		}
 	}
+}
+
+// RouteLabels are the route label values that get series of their own,
+// "other" last: every route the gateway serves must be one.
+func RouteLabels() []string {
+	labels := routeLabels()
+	return labels[:]
 }

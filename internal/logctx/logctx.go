@@ -27,7 +27,8 @@ func RequestID(ctx context.Context) (string, bool) {
 }
 
 // Handler adds "requestId" and "traceId" to each record from the record's
-// context, where it has them.
+// context, where it has them. Under WithGroup they land in the group, as
+// any attribute added to a record does: the gateway's loggers use none.
 type Handler struct{ next slog.Handler }
 
 var _ slog.Handler = Handler{}

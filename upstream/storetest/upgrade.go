@@ -62,7 +62,7 @@ func CheckReopened(t *testing.T, s upstream.Store) {
 const VersionBeforeDisabledUsers = 3
 
 // RotatedDigest is the key digest CheckUpgradedAccounts gives firm 1.
-var RotatedDigest = digest("rotated-after-upgrade")
+func RotatedDigest() []byte { return digest("rotated-after-upgrade") }
 
 // CheckUpgradedAccounts checks a store just opened on a database of
 // VersionBeforeDisabledUsers: its users are enabled and log in as before,
@@ -77,7 +77,7 @@ func CheckUpgradedAccounts(t *testing.T, s upstream.Store) {
 	requireFirmByDigest(t, s, []byte{1}, firm, nil)
 	requireUsers(t, s, alice, otp)
 
-	if got, err := s.RotateFirmKey(ctx, 1, RotatedDigest); err != nil || got != firm {
+	if got, err := s.RotateFirmKey(ctx, 1, RotatedDigest()); err != nil || got != firm {
 		t.Fatalf("RotateFirmKey() after the upgrade = %+v, %v; want %+v", got, err, firm)
 	}
 	requireFirmByDigest(t, s, []byte{1}, upstream.Firm{}, upstream.ErrNotFound)
@@ -91,7 +91,7 @@ func CheckUpgradedAccounts(t *testing.T, s upstream.Store) {
 // same database opened once more: the new key, alice disabled, otp not.
 func CheckAccountsReopened(t *testing.T, s upstream.Store) {
 	t.Helper()
-	requireFirmByDigest(t, s, RotatedDigest, upstream.Firm{ID: 1, Name: "Firm A"}, nil)
+	requireFirmByDigest(t, s, RotatedDigest(), upstream.Firm{ID: 1, Name: "Firm A"}, nil)
 	requireFirmByDigest(t, s, []byte{1}, upstream.Firm{}, upstream.ErrNotFound)
 	if got, err := s.UserByEmail(context.Background(), 1, "alice@example.com"); !errors.Is(err, upstream.ErrNotFound) {
 		t.Fatalf("UserByEmail() of the disabled user = %+v, %v; want ErrNotFound", got, err)
