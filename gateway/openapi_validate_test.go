@@ -308,9 +308,8 @@ func (g *liveGateway) request(t *testing.T, ex exchange) *http.Request {
 	return req
 }
 
-// do sends ex, checks its status, and validates the request and the answer
-// against the document.
-func (g *liveGateway) do(t *testing.T, sv *specValidator, ex exchange) answer {
+// send sends ex and checks its status.
+func (g *liveGateway) send(t *testing.T, ex exchange) (*http.Request, answer) {
 	t.Helper()
 	req := g.request(t, ex)
 	resp, err := g.client.Do(req)
@@ -325,7 +324,14 @@ func (g *liveGateway) do(t *testing.T, sv *specValidator, ex exchange) answer {
 	if resp.StatusCode != ex.want {
 		t.Fatalf("%s %s: status %d, want %d: %s", ex.method, ex.path, resp.StatusCode, ex.want, body)
 	}
-	a := answer{Response: resp, body: body}
+	return req, answer{Response: resp, body: body}
+}
+
+// do sends ex, checks its status, and validates the request and the answer
+// against the document.
+func (g *liveGateway) do(t *testing.T, sv *specValidator, ex exchange) answer {
+	t.Helper()
+	req, a := g.send(t, ex)
 	sv.check(t, req, a, ex.refused)
 	return a
 }
@@ -457,20 +463,8 @@ func (sv *specValidator) checkUndocumented(t *testing.T, req *http.Request, a an
 // doUndocumented sends a request the document has no operation for.
 func (g *liveGateway) doUndocumented(t *testing.T, sv *specValidator, ex exchange) {
 	t.Helper()
-	req := g.request(t, ex)
-	resp, err := g.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != ex.want {
-		t.Fatalf("%s %s: status %d, want %d: %s", ex.method, ex.path, resp.StatusCode, ex.want, body)
-	}
-	sv.checkUndocumented(t, req, answer{Response: resp, body: body})
+	req, a := g.send(t, ex)
+	sv.checkUndocumented(t, req, a)
 }
 
 // head sends HEAD for a GET exchange and checks that it is answered like
