@@ -41,48 +41,80 @@ func freeRedisPort(t testing.TB) int {
 
 // redisServer starts redis-server in its own directory, with args after
 // the common ones (or as a sentinel), and kills it at the end of the test.
-// It returns the node's address.
+// It returns the node's address. A port taken between being found free and
+// being bound costs a retry on another port, not the test.
 func redisServer(t testing.TB, name string, sentinel bool, args ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		unavailable(t, "redis-server binary", err)
 	}
-	port := freeRedisPort(t)
 	dir := filepath.Join(t.TempDir(), name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
 	logFile := filepath.Join(dir, "redis.log")
-	var all []string
-	if sentinel {
-		// A sentinel rewrites its configuration file, which must come first.
-		conf := filepath.Join(dir, "sentinel.conf")
-		if err := os.WriteFile(conf, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		all = []string{conf, "--sentinel"}
-	} else {
-		all = []string{"--save", "", "--appendonly", "no"}
-	}
-	all = append(all, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--logfile", logFile)
-	cmd := exec.Command(bin, append(all, args...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
 		if t.Failed() {
 			b, _ := os.ReadFile(logFile)
 			t.Logf("%s log:\n%s", name, tail(string(b), 4000))
 		}
 	})
+	for range 5 {
+		port := freeRedisPort(t)
+		var all []string
+		if sentinel {
+			// A sentinel rewrites its configuration file, which must come first.
+			conf := filepath.Join(dir, "sentinel.conf")
+			if err := os.WriteFile(conf, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			all = []string{conf, "--sentinel"}
+		} else {
+			all = []string{"--save", "", "--appendonly", "no"}
+		}
+		all = append(all, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--logfile", logFile)
+		cmd := exec.Command(bin, append(all, args...)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start %s: %v", name, err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-exited
+		})
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		if ours(t, name, addr, cmd.Process.Pid, exited) {
+			return addr
+		}
+	}
+	t.Fatalf("%s did not start on any of 5 free ports", name)
+	return ""
+}
+
+// ours waits up to 10 s until the server at addr answers as process pid,
+// and reports false if that process exited first (its port was taken).
+func ours(t testing.TB, name, addr string, pid int, exited <-chan struct{}) bool {
+	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer rdb.Close()
-	waitUntil(t, 10*time.Second, name+" answers PING", func() bool { return rdb.Ping(context.Background()).Err() == nil })
-	return addr
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-exited:
+			return false
+		default:
+		}
+		info, err := rdb.Info(context.Background(), "server").Result()
+		if err == nil && strings.Contains(info, "process_id:"+strconv.Itoa(pid)+"\r\n") {
+			return true
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not answer at %s: %v", name, addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // waitUntil polls cond every 20 ms until it holds or d has passed.
