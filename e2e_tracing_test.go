@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/hex"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -37,7 +39,7 @@ func newCollector(t *testing.T) (*collector, string) {
 		for _, rs := range req.ResourceSpans {
 			for _, ss := range rs.ScopeSpans {
 				for _, s := range ss.Spans {
-					id := hexOf(s.TraceId)
+					id := hex.EncodeToString(s.TraceId)
 					c.spans[id] = append(c.spans[id], s.Name)
 				}
 			}
@@ -46,15 +48,6 @@ func newCollector(t *testing.T) (*collector, string) {
 	}))
 	t.Cleanup(srv.Close)
 	return c, srv.URL
-}
-
-func hexOf(b []byte) string {
-	const digits = "0123456789abcdef"
-	out := make([]byte, 0, 2*len(b))
-	for _, x := range b {
-		out = append(out, digits[x>>4], digits[x&15])
-	}
-	return string(out)
 }
 
 func (c *collector) trace(id string) []string {
@@ -85,10 +78,7 @@ func TestEndToEndTracesExported(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, url := newCollector(t)
-			env := environment{}
-			for k, v := range e {
-				env[k] = v
-			}
+			env := maps.Clone(e)
 			for k, v := range tt.give {
 				if v == "<collector>" {
 					v = url

@@ -108,11 +108,37 @@ func recordedVersions(t *testing.T, url string) []int {
 	return versions
 }
 
+// upgradeAndReopen opens the old database at url, which upgrades it, runs
+// upgraded, closes it and checks that every step is recorded; then it
+// opens it again, which must apply nothing, and runs reopened on the store
+// it returns (closed at the end of the test).
+func upgradeAndReopen(t *testing.T, url string, upgraded, reopened func(*testing.T, upstream.Store)) upstream.Store {
+	t.Helper()
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	upgraded(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := recordedVersions(t, url); !reflect.DeepEqual(got, schemaVersions) {
+		t.Fatalf("schema_version after the upgrade = %v; want %v", got, schemaVersions)
+	}
+	s, err = postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
+	opened := storetest.Opened(t, s, err)
+	reopened(t, opened)
+	if got := recordedVersions(t, url); !reflect.DeepEqual(got, schemaVersions) {
+		t.Fatalf("schema_version after reopening = %v; want %v", got, schemaVersions)
+	}
+	return opened
+}
+
 // TestUpgradeUnversioned opens a database made by the release before schema
 // versioning (its schema.sql, no schema_version) that holds a listing, and
 // checks that the listing survives and can be deleted.
 func TestUpgradeUnversioned(t *testing.T) {
-	ctx := context.Background()
 	url := testenv.PostgresURL(t)
 	oldSchema, err := os.ReadFile("testdata/schema_v1.sql")
 	if err != nil {
@@ -127,25 +153,8 @@ func TestUpgradeUnversioned(t *testing.T) {
 		 VALUES (7, 1, 3, 1, false, 1, '`+doc+`')`,
 	)
 
-	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	storetest.CheckUpgraded(t, s)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got := recordedVersions(t, url); !reflect.DeepEqual(got, schemaVersions) {
-		t.Fatalf("schema_version after the upgrade = %v; want %v", got, schemaVersions)
-	}
-
 	// Reopening applies nothing and keeps the tombstone.
-	s, err = postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
-	s = storetest.Opened(t, s, err)
-	storetest.CheckReopened(t, s)
-	if got := recordedVersions(t, url); !reflect.DeepEqual(got, schemaVersions) {
-		t.Fatalf("schema_version after reopening = %v; want %v", got, schemaVersions)
-	}
+	s := upgradeAndReopen(t, url, storetest.CheckUpgraded, storetest.CheckReopened)
 
 	// The rows above were written with explicit ids, which identity
 	// columns do not count; an old database's own rows were counted.
@@ -161,7 +170,6 @@ func TestUpgradeUnversioned(t *testing.T) {
 // build's version: the data survives, the users are enabled, a user can be
 // disabled and the firm's key rotated, and both stay so after reopening.
 func TestUpgradeFromVersion3(t *testing.T) {
-	ctx := context.Background()
 	url := testenv.PostgresURL(t)
 	steps, err := sqlstore.LoadSteps(os.DirFS("."), "migrations")
 	if err != nil {
@@ -186,26 +194,15 @@ func TestUpgradeFromVersion3(t *testing.T) {
 		t.Fatalf("schema_version of the old database = %v; want %v", got, schemaVersions[:old])
 	}
 
-	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	storetest.CheckUpgraded(t, s)
-	storetest.CheckUpgradedAccounts(t, s)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got := recordedVersions(t, url); !reflect.DeepEqual(got, schemaVersions) {
-		t.Fatalf("schema_version after the upgrade = %v; want %v", got, schemaVersions)
-	}
-
-	s, err = postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
-	s = storetest.Opened(t, s, err)
-	storetest.CheckReopened(t, s)
-	storetest.CheckAccountsReopened(t, s)
-	if got := recordedVersions(t, url); !reflect.DeepEqual(got, schemaVersions) {
-		t.Fatalf("schema_version after reopening = %v; want %v", got, schemaVersions)
-	}
+	upgradeAndReopen(t, url,
+		func(t *testing.T, s upstream.Store) {
+			storetest.CheckUpgraded(t, s)
+			storetest.CheckUpgradedAccounts(t, s)
+		},
+		func(t *testing.T, s upstream.Store) {
+			storetest.CheckReopened(t, s)
+			storetest.CheckAccountsReopened(t, s)
+		})
 }
 
 func TestNewDatabaseVersion(t *testing.T) {
