@@ -6,6 +6,7 @@ import (
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
+	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/metrics"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/upstream"
@@ -13,7 +14,7 @@ import (
 
 // newMetrics builds the registry and reads the components' own counters
 // and breaker states into it at scrape time; purger and rdb may be nil.
-func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb redis.UniversalClient) *metrics.Metrics {
+func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb redis.UniversalClient, changes *feed.Consumer) *metrics.Metrics {
 	m := metrics.New()
 	guarded.Observe(m.StoreCall)
 	type line struct {
@@ -62,6 +63,36 @@ func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratel
 			m.GaugeFunc("gateway_redis_pool_"+name, "go-redis connection pool statistic.",
 				prometheus.Labels{"pool": "redis"}, func() float64 { return float64(read(rdb.PoolStats())) })
 		}
+		m.GaugeFunc("gateway_cache_redis_trusted", "1 while Redis entries are served; 0 after signs that Redis missed writes, until the change feed has applied them.", nil,
+			func() float64 { return boolGauge(listings.RedisTrusted()) })
 	}
+	observeFeed(m, changes)
 	return m
+}
+
+// observeFeed exports the change feed consumer's state.
+func observeFeed(m *metrics.Metrics, c *feed.Consumer) {
+	m.GaugeFunc("gateway_feed_consumer", "1 on the gateway that consumes the store's change feed.", nil,
+		func() float64 { return boolGauge(c.Stats().Consumer) })
+	m.GaugeFunc("gateway_feed_backlog_rows", "Changes not yet applied (read by the consumer; 0 elsewhere).", nil,
+		func() float64 { return float64(c.Stats().Backlog) })
+	m.GaugeFunc("gateway_feed_lag_seconds", "Age of the oldest change not yet applied, by the database's clock (read by the consumer; 0 elsewhere).", nil,
+		func() float64 { return c.Stats().Lag.Seconds() })
+	m.CounterFunc("gateway_feed_changes_applied_total", "Changes applied to every cache tier by this gateway.", nil,
+		func() float64 { return float64(c.Stats().Applied) })
+	m.CounterFunc("gateway_feed_changes_replayed_total", "Changes marked for applying again to a Redis that may have lost them.", nil,
+		func() float64 { return float64(c.Stats().Replayed) })
+	m.CounterFunc("gateway_feed_purges_given_up_total", "Changes marked done though their CDN purge was given up.", nil,
+		func() float64 { return float64(c.Stats().PurgesGivenUp) })
+	for _, stage := range []string{feed.StageStore, feed.StageRedis, feed.StageAnnounce, feed.StagePurge} {
+		m.CounterFunc("gateway_feed_errors_total", "Change feed failures by stage: store, redis, announce, purge.",
+			prometheus.Labels{"stage": stage}, func() float64 { return float64(c.Stats().Errors[stage]) })
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

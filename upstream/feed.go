@@ -34,6 +34,9 @@ type Change struct {
 	Deleted              bool
 	ChangedAt            time.Time
 	Applied              bool
+	// Replayed changes are applied again to a Redis that may have lost
+	// them; the CDN needs no second purge.
+	Replayed bool
 }
 
 // Moved reports whether the change took the listing from another number.

@@ -62,7 +62,7 @@ func allChanges(t *testing.T, s FeedStore) []upstream.Change {
 func requireChange(t *testing.T, c upstream.Change, want upstream.Change) {
 	t.Helper()
 	got := c
-	got.Seq, got.ChangedAt, got.Applied = 0, time.Time{}, false
+	got.Seq, got.ChangedAt, got.Applied, got.Replayed = 0, time.Time{}, false, false
 	if got != want {
 		t.Fatalf("change = %+v; want %+v", got, want)
 	}
@@ -302,6 +302,16 @@ func testFeedApplyAndPrune(t *testing.T, s FeedStore, exec Exec) {
 	if rows, lag, err := fs.Backlog(ctx); err != nil || rows != 0 || lag != 0 {
 		t.Fatalf("Backlog() at the end = %d, %v, %v; want 0, 0", rows, lag, err)
 	}
+
+	// A document that another writer broke is cached nowhere.
+	bad := seedActive(t, s, f)
+	if err := exec(ctx, `UPDATE listings SET document = 'not JSON' WHERE id = $1`, bad.ID); err != nil {
+		t.Fatal(err)
+	}
+	states, err = fs.Listings(ctx, []int64{bad.ID})
+	if st := states[bad.ID]; err != nil || !st.Gone || st.Listing.No != bad.No || st.Listing.Revision != 2 {
+		t.Fatalf("state of an unreadable document = %+v, %v; want gone, with its number and revision", st, err)
+	}
 }
 
 // testFeedAdoptReplays: a new Redis gets every change of the window again;
@@ -335,8 +345,8 @@ func testFeedAdoptReplays(t *testing.T, s FeedStore, _ Exec) {
 		t.Fatalf("CaughtUp after the replay = %v, %v; want false", caught, err)
 	}
 	again, err := fs.Pending(ctx, 0, 100)
-	if err != nil || !slices.Equal(seqs(again), seqs(cs)) {
-		t.Fatalf("Pending after the replay = %+v, %v; want %v", again, err, seqs(cs))
+	if err != nil || !slices.Equal(seqs(again), seqs(cs)) || !again[0].Replayed || !again[1].Replayed {
+		t.Fatalf("Pending after the replay = %+v, %v; want %v, replayed", again, err, seqs(cs))
 	}
 	time.Sleep(5 * time.Millisecond) // the window reaches back to now, included
 	if n, err := fs.Adopt(ctx, "redis-3", 0); err != nil || n != 0 {

@@ -52,7 +52,7 @@ func NewFeed(db FeedDB, nowMillis string) *Feed {
 }
 
 const changeColumns = `seq, listing_id, firm_id, no, COALESCE(old_firm_id, 0), COALESCE(old_no, 0), revision,
-	visible_before, visible_after, deleted, changed_at, applied_at IS NOT NULL`
+	visible_before, visible_after, deleted, changed_at, applied_at IS NOT NULL, replayed`
 
 func scanChanges(rows Rows, err error) ([]upstream.Change, error) {
 	if err != nil {
@@ -64,7 +64,7 @@ func scanChanges(rows Rows, err error) ([]upstream.Change, error) {
 		var c upstream.Change
 		var changedAt int64
 		if err := rows.Scan(&c.Seq, &c.ListingID, &c.FirmID, &c.No, &c.OldFirmID, &c.OldNo, &c.Revision,
-			&c.VisibleBefore, &c.VisibleAfter, &c.Deleted, &changedAt, &c.Applied); err != nil {
+			&c.VisibleBefore, &c.VisibleAfter, &c.Deleted, &changedAt, &c.Applied, &c.Replayed); err != nil {
 			return nil, err
 		}
 		c.ChangedAt = time.UnixMilli(changedAt)
@@ -197,10 +197,14 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 		if err := rows.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &st.Deleted, &doc); err != nil {
 			return nil, fmt.Errorf("changed listings: %w", err)
 		}
-		if st.Deleted {
+		if !st.Deleted {
+			st.Listing, err = c.listing(doc)
+		}
+		if st.Deleted || err != nil {
+			// A document that does not decode is cached nowhere: reads
+			// meet it in the store.
+			st.Gone = err != nil
 			st.Listing = upstream.Listing{ID: c.id, FirmID: c.firmID, No: c.no, Revision: c.revision}
-		} else if st.Listing, err = c.listing(doc); err != nil {
-			return nil, fmt.Errorf("changed listing %d: %w", c.id, err)
 		}
 		out[c.id] = st
 	}
