@@ -63,7 +63,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	p.srv.Observe(m)
 	var draining atomic.Bool
 	ready := newReadiness(&draining, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
-	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, m)
+	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, m)
 	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
 }
 
