@@ -8,11 +8,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -357,4 +360,60 @@ func TestEndToEndFeedWriterDeath(t *testing.T) {
 		})
 	}
 	t.Logf("new version served %v after the writer died", time.Since(died))
+}
+
+// TestEndToEndFeedSQLiteShell: with the embedded store and no Redis, a
+// write made by another process on the SQLite file (the sqlite3 shell,
+// older than the SQLite this build embeds) is served within 1 s.
+func TestEndToEndFeedSQLiteShell(t *testing.T) {
+	shell, err := exec.LookPath("sqlite3")
+	if err != nil {
+		if testenv.RequireServices() {
+			t.Fatalf("no sqlite3 shell and GATEWAY_TEST_REQUIRE_SERVICES=1: %v", err)
+		}
+		t.Skipf("SKIP: no sqlite3 shell (%v)", err)
+	}
+	dir := t.TempDir()
+	e := environment{
+		"GATEWAY_DATA_DIR":   dir,
+		"GATEWAY_STORE_URL":  "sqlite:" + filepath.Join(dir, "gateway.db"),
+		"GATEWAY_JWT_SECRET": "e2e-secret-e2e-secret-e2e-secret-e2e",
+	}
+	w := newWorld(t, e)
+	p := start(t, e)
+	tok := p.token(t, w.otpLogin())
+	for range 2 {
+		if r := p.view(t, "/realty/1001", tok); titleOf(t, r) != "Sea view" {
+			t.Fatalf("title %q", titleOf(t, r))
+		}
+	}
+	if r := p.view(t, "/realty/1001", tok); r.header.Get("X-Cache") != "HIT" {
+		t.Fatalf("X-Cache %q; want the in-process tier to hold it", r.header.Get("X-Cache"))
+	}
+	cmd := exec.Command(shell, filepath.Join(dir, "gateway.db"),
+		`PRAGMA busy_timeout = 5000; UPDATE listings SET document = replace(document, '"title":"Sea view"', '"title":"From sqlite3"') WHERE id = 1001;`)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sqlite3: %v\n%s", err, out)
+	}
+	lag := within(t, time.Second, "the shell's write", func() bool { return titleOf(t, p.view(t, "/realty/1001", tok)) == "From sqlite3" })
+	t.Logf("served %v after the shell's write", lag)
+}
+
+// TestEndToEndRedisClientLogsJSON: the Redis client's own lines (a failed
+// dial) come out through the gateway's JSON log, like every other line.
+func TestEndToEndRedisClientLogsJSON(t *testing.T) {
+	dir := t.TempDir()
+	p := start(t, environment{
+		"GATEWAY_DATA_DIR":      dir,
+		"GATEWAY_STORE_URL":     "sqlite:" + filepath.Join(dir, "gateway.db"),
+		"GATEWAY_REDIS_URL":     "redis://" + gatewaytest.FreeAddr(t) + "/0", // nothing listens
+		"GATEWAY_JWT_SECRET":    "e2e-secret-e2e-secret-e2e-secret-e2e",
+		"GATEWAY_REDIS_TIMEOUT": "50ms",
+	})
+	within(t, 10*time.Second, "a line from the Redis client", func() bool { return strings.Contains(p.Logs(), `"msg":"redis client"`) })
+	for line := range strings.Lines(p.Logs()) {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("a log line that is not JSON: %q", line)
+		}
+	}
 }
