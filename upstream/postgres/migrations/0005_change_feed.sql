@@ -53,24 +53,16 @@ CREATE TABLE feed_state (
 );
 INSERT INTO feed_state (id) VALUES (1);
 
--- A writer that does not raise the revision still wins over every cached
--- copy: an UPDATE gets at least the old revision + 1, and a row inserted
--- under the id of a removed one at least that one's last revision + 1.
--- Writes that raise it themselves (the gateway's) keep their value.
-CREATE FUNCTION listings_raise_revision() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
-BEGIN
-    IF TG_OP = 'UPDATE' AND NEW.revision <= OLD.revision THEN
-        NEW.revision := OLD.revision + 1;
-    END IF;
-    IF TG_OP = 'INSERT' OR NEW.id <> OLD.id THEN
-        NEW.revision := GREATEST(NEW.revision, (SELECT revision + 1 FROM listing_graves WHERE id = NEW.id));
-    END IF;
-    RETURN NEW;
-END
-$$;
-
-CREATE FUNCTION listings_record_change() RETURNS trigger
+-- One BEFORE trigger does both jobs, so that a write pays for one call:
+-- it raises the revision of writers that do not (an UPDATE gets at least
+-- the old revision + 1, and a row inserted under the id of a removed one at
+-- least that one's last revision + 1, so that the caches' revision guard
+-- lets the new version in; the gateway's own writes raise it themselves and
+-- keep their values), and it records the change. A write that then fails
+-- takes its record with it. BEFORE triggers run in the order of their
+-- names: one of the listing application's that changes firm_id or no
+-- should sort before listings_change_feed.
+CREATE FUNCTION listings_change_feed() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     at BIGINT := floor(extract(epoch FROM clock_timestamp()) * 1000);
@@ -82,24 +74,30 @@ BEGIN
         INSERT INTO listing_graves (id, revision, buried_at) VALUES (OLD.id, OLD.revision + 1, at)
         ON CONFLICT (id) DO UPDATE SET revision = GREATEST(listing_graves.revision, EXCLUDED.revision), buried_at = EXCLUDED.buried_at;
         IF TG_OP = 'DELETE' THEN
-            RETURN NULL;
+            RETURN OLD;
         END IF;
     END IF;
     IF TG_OP = 'UPDATE' AND NEW.id = OLD.id THEN
+        IF NEW.revision <= OLD.revision THEN
+            NEW.revision := OLD.revision + 1;
+        END IF;
         INSERT INTO listing_changes (listing_id, firm_id, no, old_firm_id, old_no, revision, visible_before, visible_after, deleted, changed_at)
         VALUES (NEW.id, NEW.firm_id, NEW.no,
                 CASE WHEN NEW.firm_id <> OLD.firm_id OR NEW.no <> OLD.no THEN OLD.firm_id END,
                 CASE WHEN NEW.firm_id <> OLD.firm_id OR NEW.no <> OLD.no THEN OLD.no END,
                 NEW.revision, OLD.is_active AND NOT OLD.deleted, NEW.is_active AND NOT NEW.deleted, NEW.deleted, at);
-    ELSE
-        INSERT INTO listing_changes (listing_id, firm_id, no, revision, visible_before, visible_after, deleted, changed_at)
-        VALUES (NEW.id, NEW.firm_id, NEW.no, NEW.revision, false, NEW.is_active AND NOT NEW.deleted, NEW.deleted, at);
+        RETURN NEW;
     END IF;
-    RETURN NULL;
+    -- An INSERT, or the new id of an UPDATE that changed it.
+    IF TG_OP = 'UPDATE' THEN
+        NEW.revision := GREATEST(NEW.revision, OLD.revision + 1);
+    END IF;
+    NEW.revision := GREATEST(NEW.revision, (SELECT revision + 1 FROM listing_graves WHERE id = NEW.id));
+    INSERT INTO listing_changes (listing_id, firm_id, no, revision, visible_before, visible_after, deleted, changed_at)
+    VALUES (NEW.id, NEW.firm_id, NEW.no, NEW.revision, false, NEW.is_active AND NOT NEW.deleted, NEW.deleted, at);
+    RETURN NEW;
 END
 $$;
 
-CREATE TRIGGER listings_revision BEFORE INSERT OR UPDATE ON listings
-    FOR EACH ROW EXECUTE FUNCTION listings_raise_revision();
-CREATE TRIGGER listings_change AFTER INSERT OR UPDATE OR DELETE ON listings
-    FOR EACH ROW EXECUTE FUNCTION listings_record_change();
+CREATE TRIGGER listings_change_feed BEFORE INSERT OR UPDATE OR DELETE ON listings
+    FOR EACH ROW EXECUTE FUNCTION listings_change_feed();
