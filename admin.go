@@ -34,6 +34,12 @@ type purgeStats struct {
 // GATEWAY_CACHE_STALE); so does one without Redis, whose in-process cache
 // is all it has.
 //
+// A gateway that has just started is not ready while it warms up: until
+// the change feed has vouched for Redis (see cache/trust.go), every read
+// would go to the store, so a rolling deploy would send the whole fleet's
+// traffic there. The wait is bounded by warmUp, so that an outage at start
+// does not keep it out of rotation.
+//
 // The store's breaker is the evidence under traffic: while it is closed,
 // the gateway is ready with no check. Otherwise the store and Redis are
 // asked directly, each within its timeout, so that the answer does not
@@ -41,6 +47,7 @@ type purgeStats struct {
 // no traffic because it is out of rotation.
 type readiness struct {
 	draining     *atomic.Bool
+	warming      func() bool                 // nil: never
 	storeSuspect func() bool                 // the store's breaker is not closed
 	pingStore    func(context.Context) error // within its own timeout
 	pingCache    func(context.Context) error // nil without Redis
@@ -51,6 +58,8 @@ func (r readiness) check(ctx context.Context) string {
 	switch {
 	case r.draining.Load():
 		return "shutting down"
+	case r.warming != nil && r.warming():
+		return "warming up: Redis not yet vouched for by the change feed"
 	case !r.storeSuspect() || r.pingStore(ctx) == nil || r.pingCache == nil || r.pingCache(ctx) == nil:
 		return ""
 	default:
@@ -58,11 +67,17 @@ func (r readiness) check(ctx context.Context) string {
 	}
 }
 
-// newReadiness checks store, and rdb when set, each within its timeout.
-func newReadiness(draining *atomic.Bool, guarded *upstream.Guarded, store upstream.Store, storeTimeout time.Duration,
-	rdb redis.UniversalClient, redisTimeout time.Duration) readiness {
+// warmUp bounds how long a starting gateway waits to trust Redis before it
+// is ready anyway.
+const warmUp = 5 * time.Second
+
+// newReadiness checks store, and rdb when set, each within its timeout;
+// until warmUp after started it also waits for listings to trust Redis.
+func newReadiness(draining *atomic.Bool, listings *cache.Cache, started time.Time, guarded *upstream.Guarded, store upstream.Store,
+	storeTimeout time.Duration, rdb redis.UniversalClient, redisTimeout time.Duration) readiness {
 	r := readiness{
 		draining:     draining,
+		warming:      func() bool { return !listings.RedisTrusted() && time.Since(started) < warmUp },
 		storeSuspect: func() bool { return guarded.BreakerState() != 0 },
 		pingStore: func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, storeTimeout)

@@ -16,9 +16,12 @@ func TestReadiness(t *testing.T) {
 		storeSuspect bool
 		store, cache error
 		noRedis      bool
+		warming      bool
 		want         string
 	}{
 		{name: "all well", want: ""},
+		{name: "warming up", warming: true, want: "warming up: Redis not yet vouched for by the change feed"},
+		{name: "draining while warming up", warming: true, draining: true, want: "shutting down"},
 		{name: "draining", draining: true, want: "shutting down"},
 		{name: "breaker closed, nothing asked", store: down, cache: down, want: ""},
 		{name: "breaker open, the store answers again", storeSuspect: true, cache: down, want: ""},
@@ -30,7 +33,8 @@ func TestReadiness(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var draining atomic.Bool
 			draining.Store(tt.draining)
-			r := readiness{draining: &draining, storeSuspect: func() bool { return tt.storeSuspect }, pingStore: ping(tt.store), pingCache: ping(tt.cache)}
+			r := readiness{draining: &draining, warming: func() bool { return tt.warming },
+				storeSuspect: func() bool { return tt.storeSuspect }, pingStore: ping(tt.store), pingCache: ping(tt.cache)}
 			if tt.noRedis {
 				r.pingCache = nil
 			}

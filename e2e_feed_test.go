@@ -212,7 +212,7 @@ func TestEndToEndFeedInsertFromSQL(t *testing.T) {
 
 // purgeLog is a fake CDN taking Varnish xkey purges.
 type purgeLog struct {
-	mu   sync.Mutex
+	mu  sync.Mutex
 	got []string // "hard realty-1001" or "soft realty-1001"
 	url string
 }

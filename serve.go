@@ -27,6 +27,7 @@ import (
 
 // serve runs the gateway until ctx ends, then drains it.
 func serve(ctx context.Context, cfg config, log *slog.Logger) error {
+	started := time.Now()
 	log.Info("starting gateway", "config", cfg)
 	if err := ensureJWTSecret(&cfg, log); err != nil {
 		return err
@@ -62,7 +63,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed)
 	p.srv.Observe(m)
 	var draining atomic.Bool
-	ready := newReadiness(&draining, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
+	ready := newReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
 	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, m)
 	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
 }
