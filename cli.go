@@ -217,7 +217,7 @@ func importListings(ctx context.Context, cfg config, log *slog.Logger, args []st
 	}
 	return withStore(ctx, cfg, func(s upstream.Store) error {
 		return withCache(ctx, cfg, s, log, func(listings *cache.Cache) error {
-			stored, _, err := listings.Import(ctx, ls)
+			stored, err := listings.Import(ctx, ls)
 			if err != nil {
 				return fmt.Errorf("import: %w", err)
 			}

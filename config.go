@@ -16,6 +16,7 @@ import (
 	"github.com/realty-gateway/gateway/breaker"
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
+	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/internal/settings"
 )
@@ -37,6 +38,7 @@ type config struct {
 	Cache   cache.Config   `yaml:"cache"`
 	HTTP    gateway.Config `yaml:"http"`
 	Purge   cdn.Config     `yaml:"purge" envPrefix:"CDN_"`
+	Feed    feed.Config    `yaml:"feed"`
 	Tracing tracingConfig  `yaml:"tracing"`
 }
 
@@ -51,6 +53,7 @@ func defaults() config {
 		Cache:   cache.DefaultConfig(),
 		HTTP:    gateway.DefaultConfig(),
 		Purge:   cdn.DefaultConfig(),
+		Feed:    feed.DefaultConfig(),
 	}
 	cfg.derive()
 	return cfg
@@ -120,7 +123,7 @@ func (c config) validate() error {
 		errs = append(errs, errors.New("cache.localBytes must be positive without Redis: it is the only cache"))
 	}
 	return errors.Join(append(errs, c.Server.validate(), c.Store.validate(), c.Breaker.Validate(), c.Redis.validate(),
-		c.Cache.Validate(), c.HTTP.Validate(), c.Purge.Validate(), c.Tracing.validate())...)
+		c.Cache.Validate(), c.HTTP.Validate(), c.Purge.Validate(), c.Feed.Validate(), c.Tracing.validate())...)
 }
 
 // LogValue lists every setting by its YAML path, with secrets masked.

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/realty-gateway/gateway/internal/logctx"
 )
@@ -89,6 +90,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdin io
 		return err
 	}
 	log := newLogger(stderr, cfg.Server.LogLevel)
+	redis.SetLogger(redisLog{log}) // the client's own lines, through the JSON log
 	if len(args) == 0 || len(args) == 1 && args[0] == "serve" {
 		return serve(ctx, cfg, log)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
+	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/metrics"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/upstream"
@@ -15,18 +16,14 @@ import (
 
 // newMetrics builds the registry and reads the components' own counters
 // and breaker states into it at scrape time; purger and rdb may be nil.
-// localBudget is the local tier's byte bound (GATEWAY_LOCAL_CACHE_BYTES);
-// ready is asked at each scrape, as /readyz asks it.
+// changes may be nil too. localBudget is the local tier's byte bound
+// (GATEWAY_LOCAL_CACHE_BYTES); ready is asked at each scrape, as /readyz
+// asks it.
 func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb redis.UniversalClient,
-	localBudget int64, ready readiness) *metrics.Metrics {
+	changes *feed.Consumer, localBudget int64, ready readiness) *metrics.Metrics {
 	m := metrics.New()
 	m.GaugeFunc("gateway_ready", "1 while /readyz would answer 204, else 0 (draining, or store and cache both failing).", nil,
-		func() float64 {
-			if ready.check(context.Background()) != "" {
-				return 0
-			}
-			return 1
-		})
+		func() float64 { return boolGauge(ready.check(context.Background()) == "") })
 	m.GaugeFunc("gateway_cache_local_budget_bytes", "Bytes of listings the in-process tier may hold (GATEWAY_LOCAL_CACHE_BYTES).", nil,
 		func() float64 { return float64(localBudget) })
 	guarded.Observe(m.StoreCall)
@@ -79,12 +76,7 @@ func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratel
 			func() float64 { return float64(listings.Stats().Unacknowledged) })
 		if localBudget > 0 {
 			m.GaugeFunc("gateway_cache_local_tier_on", "1 while the local tier in front of Redis serves (its subscription is live), else 0.", nil,
-				func() float64 {
-					if listings.Stats().LocalTierOn {
-						return 1
-					}
-					return 0
-				})
+				func() float64 { return boolGauge(listings.Stats().LocalTierOn) })
 		}
 		for name, read := range map[string]func(*redis.PoolStats) uint32{
 			"hits": func(s *redis.PoolStats) uint32 { return s.Hits }, "misses": func(s *redis.PoolStats) uint32 { return s.Misses },
@@ -94,6 +86,36 @@ func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratel
 			m.GaugeFunc("gateway_redis_pool_"+name, "go-redis connection pool statistic.",
 				prometheus.Labels{"pool": "redis"}, func() float64 { return float64(read(rdb.PoolStats())) })
 		}
+		m.GaugeFunc("gateway_cache_redis_trusted", "1 while Redis entries are served; 0 after signs that Redis missed writes, until the change feed has applied them.", nil,
+			func() float64 { return boolGauge(listings.RedisTrusted()) })
 	}
+	observeFeed(m, changes)
 	return m
+}
+
+// observeFeed exports the change feed consumer's state.
+func observeFeed(m *metrics.Metrics, c *feed.Consumer) {
+	m.GaugeFunc("gateway_feed_consumer", "1 on the gateway that consumes the store's change feed.", nil,
+		func() float64 { return boolGauge(c.Stats().Consumer) })
+	m.GaugeFunc("gateway_feed_backlog_rows", "Changes not yet applied (read by the consumer; 0 elsewhere).", nil,
+		func() float64 { return float64(c.Stats().Backlog) })
+	m.GaugeFunc("gateway_feed_lag_seconds", "Age of the oldest change not yet applied, by the database's clock (read by the consumer; 0 elsewhere).", nil,
+		func() float64 { return c.Stats().Lag.Seconds() })
+	m.CounterFunc("gateway_feed_changes_applied_total", "Changes applied to every cache tier by this gateway.", nil,
+		func() float64 { return float64(c.Stats().Applied) })
+	m.CounterFunc("gateway_feed_changes_replayed_total", "Changes marked for applying again to a Redis that may have lost them.", nil,
+		func() float64 { return float64(c.Stats().Replayed) })
+	m.CounterFunc("gateway_feed_purges_given_up_total", "Changes marked done though their CDN purge was given up.", nil,
+		func() float64 { return float64(c.Stats().PurgesGivenUp) })
+	for _, stage := range []string{feed.StageStore, feed.StageRedis, feed.StageAnnounce, feed.StagePurge} {
+		m.CounterFunc("gateway_feed_errors_total", "Change feed failures by stage: store, redis, announce, purge.",
+			prometheus.Labels{"stage": stage}, func() float64 { return float64(c.Stats().Errors[stage]) })
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,10 +92,18 @@ func (c redisConfig) bound(contextTimeout *bool, retries *int, waits ...*time.Du
 
 // newCache returns the listing cache over src: on Redis when rdb is set,
 // else in process.
-func newCache(cfg config, src cache.Source, rdb redis.UniversalClient, log *slog.Logger) *cache.Cache {
+func newCache(cfg config, src cache.Source, rdb redis.UniversalClient, log *slog.Logger, opts ...cache.Option) *cache.Cache {
 	if rdb == nil {
 		log.Info("no Redis configured; caching in process")
-		return cache.NewLocal(src, cfg.Cache, log)
+		return cache.NewLocal(src, cfg.Cache, log, opts...)
 	}
-	return cache.NewRedis(src, rdb, cfg.Redis.Timeout, cfg.Cache, log)
+	return cache.NewRedis(src, rdb, cfg.Redis.Timeout, cfg.Cache, log, opts...)
+}
+
+// redisLog has the Redis client write its own lines (a failed dial, a
+// pool's trouble) through the gateway's JSON log, at warning level.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client", "msg", fmt.Sprintf(format, v...))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
+	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/upstream"
@@ -54,9 +56,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if p.cdnPurger != nil {
 		backgroundDone.Go(func() { p.cdnPurger.Run(background) })
 	}
+	if p.feed != nil {
+		backgroundDone.Go(func() { p.feed.Run(background) })
+	}
 	var draining atomic.Bool
 	ready := newReadiness(&draining, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
-	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, cfg.Cache.LocalBytes, ready)
+	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, cfg.Cache.LocalBytes, ready)
 	p.srv.Observe(m)
 	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, m)
 	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
@@ -70,6 +75,7 @@ type parts struct {
 	listings  *cache.Cache
 	limiter   *ratelimit.Limiter
 	cdnPurger *cdn.Purger // nil without a CDN purge API
+	feed      *feed.Consumer
 	srv       *gateway.Server
 }
 
@@ -108,11 +114,24 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 			return nil, fmt.Errorf("redis tracing: %w", err)
 		}
 	}
-	p.listings = newCache(cfg, p.guarded, p.rdb, log)
+	changes, ok := store.(upstream.Feed)
+	if !ok {
+		return nil, errors.New("store: no change feed")
+	}
+	var cacheOpts []cache.Option
+	if cfg.Feed.Enabled {
+		cacheOpts = append(cacheOpts, cache.WithFeed(changes))
+	}
+	p.listings = newCache(cfg, p.guarded, p.rdb, log, cacheOpts...)
 	var purger gateway.Purger = gateway.NoPurge{}
+	feedDeps := feed.Deps{Store: changes, Target: p.listings, Redis: p.rdb != nil, Keys: gateway.PurgeKeys,
+		Holder: holderName(), CacheLifetime: cfg.Cache.Fresh + cfg.Cache.Stale, Log: log}
 	if cfg.Purge.URL != "" {
 		p.cdnPurger = cdn.NewPurger(cfg.Purge, log)
-		purger = p.cdnPurger
+		purger, feedDeps.Purger = p.cdnPurger, p.cdnPurger
+	}
+	if p.feed, err = feed.New(cfg.Feed, feedDeps); err != nil {
+		return nil, err
 	}
 	p.limiter = ratelimit.New(p.rdb, cfg.Redis.Prefix, cfg.Redis.Timeout, log)
 	if p.srv, err = gateway.New(cfg.HTTP, p.listings, p.guarded, p.limiter, purger, log); err != nil {
@@ -124,6 +143,16 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 		p.srv.Trace(tp)
 	}
 	return p, nil
+}
+
+// holderName names this process to operators looking at who consumes the
+// change feed.
+func holderName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "gateway"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
 }
 
 // close releases Redis and the store.

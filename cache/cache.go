@@ -199,10 +199,35 @@ type Cache struct {
 	dirtyMu    sync.Mutex
 	dirty      map[string]int64 // key: the revision that failed to publish
 	dirtyCount atomic.Int64
+
+	// trust gates Redis entries after signs that Redis missed writes, and
+	// settler marks this gateway's own writes in the store's change feed;
+	// both are nil without Redis or without a feed (see trust.go).
+	trust   *trust
+	settler *settler
 }
 
-func newCache(src Source, t tier, cfg Config, log *slog.Logger) *Cache {
-	return &Cache{src: src, tier: t, cfg: cfg, log: log, now: time.Now, dirty: map[string]int64{}}
+// Option adds a collaborator to a Cache.
+type Option func(*Cache)
+
+// WithFeed has the cache use the store's change feed: writes settle their
+// own changes, and with Redis, Redis entries are served only while the
+// feed vouches for them (see trust.go).
+func WithFeed(f FeedView) Option {
+	return func(c *Cache) {
+		c.settler = newSettler(f, c.cfg.LoadTimeout, c.log)
+		if _, ok := c.tier.(*redisTier); ok {
+			c.trust = newTrust(f)
+		}
+	}
+}
+
+func newCache(src Source, t tier, cfg Config, log *slog.Logger, opts []Option) *Cache {
+	c := &Cache{src: src, tier: t, cfg: cfg, log: log, now: time.Now, dirty: map[string]int64{}}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
 }
 
 // Stats returns the counters so far.
@@ -237,7 +262,7 @@ func (c *Cache) Cached(k Key, now time.Time) (Entry, bool) {
 		return Entry{}, false
 	}
 	r, ok := lt.record(k.name(c.cfg.Prefix), now)
-	if !ok || r.kind == kindAbsent || !r.belongsTo(k) || now.UnixMilli() >= r.freshUntil {
+	if !ok || r.kind == kindAbsent || r.kind == kindFloor || !r.belongsTo(k) || now.UnixMilli() >= r.freshUntil {
 		return Entry{}, false
 	}
 	c.hits.Add(1)
@@ -259,7 +284,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		gen = c.front.generation()
 	}
 	name := k.name(c.cfg.Prefix)
-	if r, ok := c.lookup(ctx, k, name); ok && c.fresh(r) {
+	if r, ok := c.lookup(ctx, k, name); ok && c.servable(k, r) {
 		e, err := cached(r, name)
 		if err == nil {
 			c.hits.Add(1)
@@ -347,7 +372,7 @@ func (c *Cache) keep(k Key, r record, gen uint64) {
 // load runs once per key at a time.
 func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 	prev, found := c.lookup(ctx, k, name)
-	if found && c.fresh(prev) {
+	if found && c.servable(k, prev) {
 		if _, err := cached(prev, name); err != nil {
 			return loaded{}, err
 		}
@@ -392,11 +417,49 @@ func (c *Cache) TierBreakerState() int {
 	return 0
 }
 
-// Run keeps the subscription that makes the local tier in front of Redis
-// coherent, until ctx ends. Without Redis it returns at once.
+// Run keeps, until ctx ends, the subscription that makes the local tier in
+// front of Redis coherent, the verification of Redis against the change
+// feed, and the settling of this gateway's writes in the feed. With
+// neither Redis nor a feed it returns at once.
 func (c *Cache) Run(ctx context.Context) {
+	var wg sync.WaitGroup
 	if c.inv != nil {
-		c.inv.run(ctx)
+		wg.Go(func() { c.inv.run(ctx) })
+	}
+	if c.trust != nil {
+		wg.Go(func() { c.verify(ctx) })
+	}
+	if c.settler != nil {
+		wg.Go(func() { c.settler.run(ctx) })
+	}
+	wg.Wait()
+}
+
+// trustedIdentity is the identity of the Redis this gateway verified, and
+// whether it trusts it now. Without Redis or a feed it trusts its one tier.
+func (c *Cache) trustedIdentity() (string, bool) {
+	if c.trust == nil {
+		return "", true
+	}
+	id := c.trust.identity.Load()
+	if id == nil || c.trust.state.Load() != trusted {
+		return "", false
+	}
+	return *id, true
+}
+
+// Settle tells the change feed that these writes were brought to every
+// tier, every gateway and (the caller has seen to it) the CDN, so that its
+// consumer does not do it again. Writes that were not published in full
+// are left to the consumer. It does not block.
+func (c *Cache) Settle(ws ...Written) {
+	if c.settler == nil {
+		return
+	}
+	for _, w := range ws {
+		if w.published {
+			c.settler.add(w.identity, upstream.Settled{ID: w.Listing.ID, Revision: w.Listing.Revision})
+		}
 	}
 }
 
@@ -467,6 +530,12 @@ func (c *Cache) fresh(r record) bool {
 	return c.now().UnixMilli() < r.freshUntil
 }
 
+// servable reports whether a record looked up under k may answer a read:
+// fresh, and not a possibly old Redis entry (see trust.go).
+func (c *Cache) servable(k Key, r record) bool {
+	return c.fresh(r) && c.trust.allows(k)
+}
+
 func (r record) entry(s State) Entry {
 	return Entry{ID: r.id, Body: r.body, ETag: r.etag, FirmID: r.firmID, Active: r.kind == kindActive, State: s, FreshUntil: r.freshUntil}
 }
@@ -491,7 +560,7 @@ func (c *Cache) lookup(ctx context.Context, k Key, name string) (record, bool) {
 		c.log.WarnContext(ctx, "cache value unreadable, treated as miss", "key", name, "err", err)
 		return record{}, false
 	}
-	return r, true
+	return r, r.kind != kindFloor // a floor holds nothing to serve
 }
 
 // remember writes a record; a failed write only costs a later miss.

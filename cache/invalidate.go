@@ -40,6 +40,7 @@ type invalidator struct {
 	wait    time.Duration
 	timeout time.Duration // one Redis operation
 	apply   func([]Invalidation)
+	lost    func() // told when the subscription ends: announcements may be missed
 	front   *front // nil: this gateway keeps no front tier
 	log     *slog.Logger
 
@@ -56,13 +57,13 @@ type invalidator struct {
 // silent for two of these is taken as lost.
 const healthEvery = 500 * time.Millisecond
 
-func newInvalidator(rdb redis.UniversalClient, prefix string, wait, timeout time.Duration, f *front, apply func([]Invalidation), log *slog.Logger) *invalidator {
+func newInvalidator(rdb redis.UniversalClient, prefix string, wait, timeout time.Duration, f *front, apply func([]Invalidation), lost func(), log *slog.Logger) *invalidator {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b) // crypto/rand does not fail
 	id := hex.EncodeToString(b)
 	return &invalidator{
 		rdb: rdb, events: prefix + "realty:invalidate", acks: prefix + "realty:ack:" + id, id: id,
-		wait: wait, timeout: timeout, apply: apply, front: f, log: log,
+		wait: wait, timeout: timeout, apply: apply, lost: lost, front: f, log: log,
 		waiting: map[string]chan struct{}{}, subscribed: make(chan struct{}),
 	}
 }
@@ -77,6 +78,7 @@ func (inv *invalidator) run(ctx context.Context) {
 		if inv.front != nil {
 			inv.front.disable()
 		}
+		inv.lost()
 		if ctx.Err() != nil {
 			return
 		}
@@ -171,12 +173,13 @@ func (inv *invalidator) acknowledged(msgID string) {
 }
 
 // announce publishes items and waits, at most inv.wait, until every
-// gateway that received them has acknowledged. A failed publish is logged:
-// a gateway that cannot be reached through Redis has lost its
-// subscription and emptied its tier.
-func (inv *invalidator) announce(ctx context.Context, items []Invalidation) {
+// gateway that received them has acknowledged. A failed publish is logged
+// and returned: a gateway that cannot be reached through Redis has lost its
+// subscription and emptied its tier, but the change feed retries until the
+// announcement went out.
+func (inv *invalidator) announce(ctx context.Context, items []Invalidation) error {
 	if len(items) == 0 {
-		return
+		return nil
 	}
 	msgID := inv.id + "-" + strconv.FormatUint(inv.seq.Add(1), 36)
 	acks := make(chan struct{}, 64)
@@ -195,7 +198,7 @@ func (inv *invalidator) announce(ctx context.Context, items []Invalidation) {
 	inv.announced.Add(1)
 	if err != nil {
 		inv.log.WarnContext(ctx, "invalidation not announced", "err", err)
-		return
+		return err
 	}
 	timer := time.NewTimer(inv.wait)
 	defer timer.Stop()
@@ -205,9 +208,10 @@ func (inv *invalidator) announce(ctx context.Context, items []Invalidation) {
 		case <-timer.C:
 			inv.unacknowledged.Add(1)
 			inv.log.WarnContext(ctx, "invalidation not acknowledged in time", "receivers", receivers, "acknowledged", got, "wait", inv.wait.String())
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
 // publishEvent publishes msg on the events channel and returns how many

@@ -13,7 +13,10 @@ import (
 //
 //	v1 <revision> <freshUntilUnixMs> <id> <firmId> <no> <a|p|x> <etag>\n<body>
 //
-// a is an active listing, p a passive one and x a cached "absent". The
+// a is an active listing, p a passive one and x a cached "absent". f is a
+// floor: nothing is cached, but a fill older than its revision is refused
+// (the guard reads the revision alike), so that a read of an old version
+// that was in flight when a change was applied cannot land after it. The
 // revision comes first so that the Lua guard can read it with one match.
 const recordVersion = "v1"
 
@@ -23,6 +26,7 @@ const (
 	kindActive  kind = 'a'
 	kindPassive kind = 'p'
 	kindAbsent  kind = 'x'
+	kindFloor   kind = 'f'
 )
 
 type record struct {
@@ -105,7 +109,7 @@ func decodeRecord(b []byte) (record, error) {
 		if len(body) == 0 || body[0] != '{' {
 			return record{}, errCorrupt
 		}
-	case kindAbsent:
+	case kindAbsent, kindFloor:
 	default:
 		return record{}, errCorrupt
 	}

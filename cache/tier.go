@@ -45,6 +45,9 @@ type redisTier struct {
 	rdb     redis.UniversalClient
 	timeout time.Duration
 	cb      *gobreaker.CircuitBreaker[[]byte]
+	// fault is told of every failed operation: Redis may have missed a
+	// write meanwhile.
+	fault func()
 }
 
 // NewRedis returns a cache whose shared tier is Redis. Each Redis
@@ -52,23 +55,30 @@ type redisTier struct {
 // in-process tier stands in front of Redis; Run must then be running for
 // it to serve (see invalidator). Writes announce themselves to the other
 // gateways whether or not this one has a local tier.
-func NewRedis(src Source, rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, log *slog.Logger) *Cache {
+func NewRedis(src Source, rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, log *slog.Logger, opts ...Option) *Cache {
 	cb := gobreaker.NewCircuitBreaker[[]byte](breaker.FastFail("redis", log))
-	c := newCache(src, &redisTier{rdb: rdb, timeout: opTimeout, cb: cb}, cfg, log)
+	t := &redisTier{rdb: rdb, timeout: opTimeout, cb: cb}
+	c := newCache(src, t, cfg, log, opts)
+	t.fault = c.trust.distrust
 	if cfg.LocalBytes > 0 {
 		c.front = newFront(cfg.LocalBytes, cfg.LocalMaxAge)
 	}
-	c.inv = newInvalidator(rdb, cfg.Prefix, cfg.InvalidationWait, opTimeout, c.front, c.applyInvalidations, log)
+	c.inv = newInvalidator(rdb, cfg.Prefix, cfg.InvalidationWait, opTimeout, c.front, c.applyInvalidations, c.trust.distrust, log)
 	return c
 }
 
 // do runs one Redis operation under the breaker and the operation timeout.
+// An operation that fails while its caller still waits is Redis's fault.
 func (t *redisTier) do(ctx context.Context, op func(context.Context) ([]byte, error)) ([]byte, error) {
-	return t.cb.Execute(func() ([]byte, error) {
+	b, err := t.cb.Execute(func() ([]byte, error) {
 		ctx, cancel := context.WithTimeout(ctx, t.timeout)
 		defer cancel()
 		return op(ctx)
 	})
+	if err != nil && ctx.Err() == nil {
+		t.fault()
+	}
+	return b, err
 }
 
 func (t *redisTier) get(ctx context.Context, name string) ([]byte, error) {
@@ -163,7 +173,7 @@ const localValueOverhead = 128
 // another process (an import) cannot clear this process's memory, and a
 // cached "absent" would hide its new listings. Deletes made here are
 // cached as absent.
-func NewLocal(src Source, cfg Config, log *slog.Logger) *Cache {
+func NewLocal(src Source, cfg Config, log *slog.Logger, opts ...Option) *Cache {
 	cfg.Negative = 0
 	c := otter.Must(&otter.Options[string, localValue]{
 		MaximumWeight: uint64(max(cfg.LocalBytes, 1)),
@@ -171,7 +181,7 @@ func NewLocal(src Source, cfg Config, log *slog.Logger) *Cache {
 			return uint32(min(len(name)+len(v.b)+localValueOverhead, 1<<31))
 		},
 	})
-	return newCache(src, &localTier{cache: c, now: time.Now}, cfg, log)
+	return newCache(src, &localTier{cache: c, now: time.Now}, cfg, log, opts)
 }
 
 func (t *localTier) get(_ context.Context, name string) ([]byte, error) {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/realty-gateway/gateway/internal/faultpoint"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -17,31 +18,52 @@ import (
 // even if the client has gone. A write whose outcome is unknown (the store
 // timed out) removes both keys instead.
 
+// Written is a write as the cache published it: the stored listing (for a
+// delete, the tombstone's id, number and revision), the entry to answer
+// with, and whether the cache published it in full, which Settle needs.
+type Written struct {
+	Listing upstream.Listing
+	Entry   Entry
+	// published: every key took the write (or lost its old copy) and the
+	// announcement went out, while Redis was trusted as identity.
+	published bool
+	identity  string
+}
+
 // Create stores a new listing and caches it.
-func (c *Cache) Create(ctx context.Context, l upstream.Listing) (upstream.Listing, Entry, error) {
-	stored, entries, err := c.Import(ctx, []upstream.Listing{l})
+func (c *Cache) Create(ctx context.Context, l upstream.Listing) (Written, error) {
+	ws, err := c.Import(ctx, []upstream.Listing{l})
 	if err != nil {
-		return upstream.Listing{}, Entry{}, err
+		return Written{}, err
 	}
-	return stored[0], entries[0], nil
+	return ws[0], nil
 }
 
 // Import stores new listings, all or none, and caches each.
-func (c *Cache) Import(ctx context.Context, ls []upstream.Listing) ([]upstream.Listing, []Entry, error) {
+func (c *Cache) Import(ctx context.Context, ls []upstream.Listing) ([]Written, error) {
+	identity, trusted := c.trustedIdentity()
 	stored, err := c.src.ImportListings(ctx, ls)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	entries := make([]Entry, len(stored))
+	faultpoint.Hit(faultpoint.AfterCommit)
+	ws := make([]Written, len(stored))
 	items := make([]Invalidation, len(stored))
+	published := trusted
 	for i, l := range stored {
-		if entries[i], err = c.publish(ctx, l); err != nil {
-			return nil, nil, err
+		e, ok, err := c.publish(ctx, l)
+		if err != nil {
+			return nil, err
 		}
+		ws[i] = Written{Listing: l, Entry: e}
+		published = published && ok
 		items[i] = invalidationOf(l, l.Revision)
 	}
-	c.announce(ctx, items...)
-	return stored, entries, nil
+	published = c.announced(ctx, items...) && published
+	for i := range ws {
+		ws[i].published, ws[i].identity = published, identity
+	}
+	return ws, nil
 }
 
 // Resolve reads the stored listing under k, bypassing the cache: writes
@@ -54,41 +76,46 @@ func (c *Cache) Resolve(ctx context.Context, k Key) (upstream.Listing, error) {
 }
 
 // Replace replaces the listing current with next and caches the result.
-func (c *Cache) Replace(ctx context.Context, current, next upstream.Listing) (upstream.Listing, Entry, error) {
+func (c *Cache) Replace(ctx context.Context, current, next upstream.Listing) (Written, error) {
+	identity, trusted := c.trustedIdentity()
 	next.ID, next.FirmID = current.ID, current.FirmID
 	stored, err := c.src.UpdateListing(ctx, next)
 	if err != nil {
 		c.afterFailedWrite(ctx, current, err)
-		return upstream.Listing{}, Entry{}, err
+		return Written{}, err
 	}
-	e, err := c.publish(ctx, stored)
+	faultpoint.Hit(faultpoint.AfterCommit)
+	e, ok, err := c.publish(ctx, stored)
 	if err != nil {
-		return upstream.Listing{}, Entry{}, err
+		return Written{}, err
 	}
-	c.announce(ctx, invalidationOf(stored, stored.Revision))
-	return stored, e, nil
+	published := c.announced(ctx, invalidationOf(stored, stored.Revision)) && ok && trusted
+	return Written{Listing: stored, Entry: e, published: published, identity: identity}, nil
 }
 
 // Delete deletes the listing current; both keys then hold "absent". Ids
 // and numbers are never reused, so the tombstone may stay as long as any
 // cached version could.
-func (c *Cache) Delete(ctx context.Context, current upstream.Listing) error {
+func (c *Cache) Delete(ctx context.Context, current upstream.Listing) (Written, error) {
+	identity, trusted := c.trustedIdentity()
 	gone, err := c.src.DeleteListing(ctx, current.FirmID, current.ID)
 	if err != nil {
 		c.afterFailedWrite(ctx, current, err)
-		return err
+		return Written{}, err
 	}
+	faultpoint.Hit(faultpoint.AfterCommit)
 	ctx = context.WithoutCancel(ctx)
 	ttl := c.cfg.Fresh + c.cfg.Stale
 	tombstone := record{revision: gone.Revision, id: gone.ID, firmID: gone.FirmID, no: gone.No,
 		kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(ttl)}
+	published := trusted
 	for _, name := range c.names(gone) {
 		c.group.Forget(name)
-		c.replace(ctx, name, tombstone, ttl)
+		published = c.replace(ctx, name, tombstone, ttl) && published
 	}
 	c.applyInvalidations([]Invalidation{invalidationOf(gone, gone.Revision)})
-	c.announce(ctx, invalidationOf(gone, gone.Revision))
-	return nil
+	published = c.announced(ctx, invalidationOf(gone, gone.Revision)) && published
+	return Written{Listing: gone, published: published, identity: identity}, nil
 }
 
 // afterFailedWrite removes both keys when the store may have committed a
@@ -108,17 +135,20 @@ func (c *Cache) afterFailedWrite(ctx context.Context, l upstream.Listing, err er
 	c.announce(ctx, unknown)
 }
 
-func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, error) {
+// publish writes l under both keys and reports whether both took it (or
+// at least lost their old copy).
+func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, bool, error) {
 	r, err := c.recordOf(l)
 	if err != nil {
-		return Entry{}, fmt.Errorf("listing %d: %w", l.ID, err)
+		return Entry{}, false, fmt.Errorf("listing %d: %w", l.ID, err)
 	}
 	ctx = context.WithoutCancel(ctx)
+	ok := true
 	for _, name := range c.names(l) {
 		// Later readers in this process must not join a flight that
 		// started before the write.
 		c.group.Forget(name)
-		c.replace(ctx, name, r, c.cfg.Fresh+c.cfg.Stale)
+		ok = c.replace(ctx, name, r, c.cfg.Fresh+c.cfg.Stale) && ok
 	}
 	if c.front != nil {
 		gen := c.front.generation()
@@ -126,7 +156,7 @@ func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, error) 
 		c.keep(ByID(l.ID), r, gen)
 		c.keep(ByNumber(l.FirmID, l.No), r, gen)
 	}
-	return r.entry(Miss), nil
+	return r.entry(Miss), ok, nil
 }
 
 func invalidationOf(l upstream.Listing, revision int64) Invalidation {
@@ -137,36 +167,45 @@ func invalidationOf(l upstream.Listing, revision int64) Invalidation {
 // and waits for them within the invalidation wait. This gateway has
 // applied the items already.
 func (c *Cache) announce(ctx context.Context, items ...Invalidation) {
-	if c.inv != nil {
-		c.inv.announce(ctx, items)
-	}
+	c.announced(ctx, items...)
 }
 
-// replace writes r under name, or removes the key where the write fails.
-func (c *Cache) replace(ctx context.Context, name string, r record, ttl time.Duration) {
+// announced announces items and reports whether the announcement went out
+// (a failure is logged; the change feed repeats what a writer did not
+// settle).
+func (c *Cache) announced(ctx context.Context, items ...Invalidation) bool {
+	return c.inv == nil || c.inv.announce(ctx, items) == nil
+}
+
+// replace writes r under name, or removes the key where the write fails,
+// and reports whether the key no longer holds an older version.
+func (c *Cache) replace(ctx context.Context, name string, r record, ttl time.Duration) bool {
 	err := c.tier.set(ctx, name, r, ttl)
 	c.observe(err)
 	if err != nil {
-		c.forget(ctx, name, r.revision)
-		return
+		return c.forget(ctx, name, r.revision)
 	}
 	c.clean(name)
+	return true
 }
 
 // forget removes a key that may hold a version older than revision. Where
 // that fails too, the key is marked dirty: this process does not serve it
 // or fill it with anything older, and Repair removes it once the tier
-// answers, so other gateways stop seeing it as well.
-func (c *Cache) forget(ctx context.Context, name string, revision int64) {
+// answers, so other gateways stop seeing it as well (the change feed also
+// applies the write, whoever the writer was). It reports whether the key
+// was removed.
+func (c *Cache) forget(ctx context.Context, name string, revision int64) bool {
 	err := c.tier.del(ctx, name)
 	c.observe(err)
 	if err == nil {
 		c.clean(name)
-		return
+		return true
 	}
 	c.incoherent.Add(1)
 	c.markDirty(name, revision)
 	c.log.ErrorContext(ctx, "cache key may hold an old version until repaired", "key", name, "err", err)
+	return false
 }
 
 func (c *Cache) dirtyRevision(name string) (int64, bool) {

@@ -99,6 +99,17 @@ type job struct {
 	next     time.Time // when to send it (again)
 	attempt  int
 	repeated bool // the delayed repeat, or a purge that needs none
+	// done, when set, is told once whether the purge was delivered, or
+	// given up (dropped) instead.
+	done func(delivered bool)
+}
+
+// finish tells j's done, once.
+func (j *job) finish(delivered bool) {
+	if j.done != nil {
+		j.done(delivered)
+		j.done = nil
+	}
 }
 
 // Purger sends purges behind its own breaker.
@@ -135,16 +146,27 @@ func NewPurger(cfg Config, log *slog.Logger) *Purger {
 // Sync and a hard purge: then it first tries to deliver it, for at most
 // the purge timeout, and queues it only if that failed.
 func (p *Purger) Purge(ctx context.Context, hard bool, keys ...string) {
+	p.PurgeThen(ctx, hard, nil, keys...)
+}
+
+// PurgeThen purges as Purge does, and then calls done once: with true when
+// the CDN acknowledged the purge, with false when it was given up or
+// dropped. A purge still queued when the process ends calls nothing.
+func (p *Purger) PurgeThen(ctx context.Context, hard bool, done func(delivered bool), keys ...string) {
 	if len(keys) == 0 {
+		if done != nil {
+			done(true)
+		}
 		return
 	}
 	hard = hard || !p.cfg.Soft
-	j := &job{hard: hard, keys: keys, giveUp: p.now().Add(p.cfg.GiveUpAfter)}
+	j := &job{hard: hard, keys: keys, giveUp: p.now().Add(p.cfg.GiveUpAfter), done: done}
 	if p.cfg.Sync && hard {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Timeout)
 		defer cancel()
 		if p.attempt(ctx, j) == nil {
 			// Delivered: what is left is the repeat.
+			j.finish(true)
 			j.repeated, j.attempt, j.next = true, 0, p.now().Add(p.repurgeAfter())
 		}
 	}
@@ -172,6 +194,7 @@ func (p *Purger) enqueue(ctx context.Context, j *job) {
 		}
 		p.dropped.Add(1)
 		p.log.WarnContext(ctx, "CDN purge queue full, purge dropped", "keys", strings.Join(j.keys, " "))
+		j.finish(false)
 	}
 }
 
@@ -268,6 +291,7 @@ func (p *Purger) sendDue(ctx context.Context, waiting []*job) []*job {
 			j.attempt++
 			switch {
 			case err == nil:
+				j.finish(true)
 				if !j.repeated {
 					p.pending.Add(-1)
 					j.repeated, j.attempt, j.next = true, 0, now.Add(p.repurgeAfter())
@@ -278,6 +302,7 @@ func (p *Purger) sendDue(ctx context.Context, waiting []*job) []*job {
 				if !j.repeated {
 					p.pending.Add(-1)
 				}
+				j.finish(false)
 				p.dropped.Add(1)
 				p.log.Error("CDN purge given up; the copy it targets has expired by now", "keys", strings.Join(j.keys, " "), "attempts", j.attempt)
 			default:

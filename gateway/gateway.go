@@ -38,9 +38,12 @@ type Listings interface {
 	Cached(k cache.Key, now time.Time) (cache.Entry, bool)
 	Get(ctx context.Context, k cache.Key) (cache.Entry, error)
 	Resolve(ctx context.Context, k cache.Key) (upstream.Listing, error)
-	Create(ctx context.Context, l upstream.Listing) (upstream.Listing, cache.Entry, error)
-	Replace(ctx context.Context, current, next upstream.Listing) (upstream.Listing, cache.Entry, error)
-	Delete(ctx context.Context, current upstream.Listing) error
+	Create(ctx context.Context, l upstream.Listing) (cache.Written, error)
+	Replace(ctx context.Context, current, next upstream.Listing) (cache.Written, error)
+	Delete(ctx context.Context, current upstream.Listing) (cache.Written, error)
+	// Settle tells the store's change feed that the writes reached every
+	// tier, every gateway and the CDN, so it need not repeat them.
+	Settle(ws ...cache.Written)
 }
 
 // RateLimiter counts events per key against a limit and returns how long
@@ -54,9 +57,10 @@ type RateLimiter interface {
 
 // Purger asks a CDN to drop what it holds under surrogate keys; hard:
 // not even a stale copy may be served. It returns once the purge is
-// queued, or, with synchronous purges, delivered or timed out.
+// queued, or, with synchronous purges, delivered or timed out; done is
+// then told once whether it was delivered or given up.
 type Purger interface {
-	Purge(ctx context.Context, hard bool, keys ...string)
+	PurgeThen(ctx context.Context, hard bool, done func(delivered bool), keys ...string)
 }
 
 // Observer is told what the gateway answered, for metrics. Its methods
@@ -234,8 +238,13 @@ func seconds(d time.Duration, lowest int) int {
 // NoPurge is the Purger when no CDN is configured.
 type NoPurge struct{}
 
-// Purge does nothing.
-func (NoPurge) Purge(context.Context, bool, ...string) {}
+// PurgeThen purges nothing: with no CDN in front, there is nothing to
+// wait for.
+func (NoPurge) PurgeThen(_ context.Context, _ bool, done func(bool), _ ...string) {
+	if done != nil {
+		done(true)
+	}
+}
 
 // knownKeys bounds how many resolving API keys are remembered.
 const knownKeys = 10_000

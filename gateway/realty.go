@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -131,6 +132,9 @@ func surrogateKeys(id, firmID int64) []string {
 
 func listingKey(id int64) string { return "realty-" + strconv.FormatInt(id, 10) }
 
+// PurgeKeys are the surrogate keys that a write of listing id purges.
+func PurgeKeys(id int64) []string { return []string{listingKey(id)} }
+
 // appendCacheStatus appends the RFC 9211 Cache-Status of a listing
 // response.
 func appendCacheStatus(b []byte, e cache.Entry, now time.Time) []byte {
@@ -181,13 +185,19 @@ func (s *Server) create(c *fiber.Ctx) error {
 	p := principalOf(c)
 	l.FirmID, l.FirmUserID = p.FirmID, p.FirmUserID
 	ctx := s.requestContext(c)
-	stored, e, err := s.listings.Create(ctx, l)
+	w, err := s.listings.Create(ctx, l)
 	if err != nil {
 		return err
 	}
-	s.purger.Purge(ctx, false, listingKey(stored.ID))
-	c.Location("/realty/" + strconv.FormatInt(stored.ID, 10))
-	return s.sendWritten(c.Status(fiber.StatusCreated), e)
+	s.purge(ctx, false, w)
+	c.Location("/realty/" + strconv.FormatInt(w.Listing.ID, 10))
+	return s.sendWritten(c.Status(fiber.StatusCreated), w.Entry)
+}
+
+// purge asks the CDN to drop the written listing's copies and, once it
+// has, settles the write: the change feed then has nothing left to do.
+func (s *Server) purge(ctx context.Context, hard bool, w cache.Written) {
+	s.purger.PurgeThen(ctx, hard, func(bool) { s.listings.Settle(w) }, PurgeKeys(w.Listing.ID)...)
 }
 
 // owned resolves a write's path to the stored listing, which must be the
@@ -222,13 +232,13 @@ func (s *Server) replace(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := s.requestContext(c)
-	stored, e, err := s.listings.Replace(ctx, current, next)
+	w, err := s.listings.Replace(ctx, current, next)
 	if err != nil {
 		return err
 	}
 	// A listing that stops being public must not be served even stale.
-	s.purger.Purge(ctx, current.IsActive && !stored.IsActive, listingKey(stored.ID))
-	return s.sendWritten(c, e)
+	s.purge(ctx, current.IsActive && !w.Listing.IsActive, w)
+	return s.sendWritten(c, w.Entry)
 }
 
 func (s *Server) remove(c *fiber.Ctx) error {
@@ -236,10 +246,12 @@ func (s *Server) remove(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if err := s.listings.Delete(s.requestContext(c), current); err != nil {
+	ctx := s.requestContext(c)
+	w, err := s.listings.Delete(ctx, current)
+	if err != nil {
 		return err
 	}
-	s.purger.Purge(s.requestContext(c), true, listingKey(current.ID))
+	s.purge(ctx, true, w)
 	return c.SendStatus(fiber.StatusNoContent)
 }
 

@@ -263,7 +263,7 @@ type recordingPurger struct {
 	keys []string // "hard realty-1" or "soft realty-1"
 }
 
-func (p *recordingPurger) Purge(_ context.Context, hard bool, keys ...string) {
+func (p *recordingPurger) PurgeThen(_ context.Context, hard bool, done func(bool), keys ...string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	kind := "soft"
@@ -273,6 +273,7 @@ func (p *recordingPurger) Purge(_ context.Context, hard bool, keys ...string) {
 	for _, k := range keys {
 		p.keys = append(p.keys, kind+" "+k)
 	}
+	done(true)
 }
 
 // TestWritesPurgeTheCDN: every write purges its listing's key; a write

@@ -62,6 +62,7 @@ type Options struct {
 // sqlstore.Store's.
 type Store struct {
 	*sqlstore.Store
+	feed *sqlstore.Feed
 	pool *pgxpool.Pool
 }
 
@@ -105,7 +106,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		ImportLock:      `LOCK TABLE listings IN SHARE ROW EXCLUSIVE MODE`, // conflicts with itself, not with reads
 		ConstraintError: constraintError,
 	})
-	return &Store{Store: store, pool: pool}, nil
+	return &Store{Store: store, feed: sqlstore.NewFeed(db, nowMillis), pool: pool}, nil
 }
 
 // lockedVersion takes the advisory lock, which the transaction holds until
@@ -145,6 +146,10 @@ func (s *Store) Close() error {
 type database struct {
 	sqlstore.Querier
 	pool *pgxpool.Pool
+}
+
+func (d database) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	return d.pool.Query(ctx, query, args...)
 }
 
 func (d database) Begin(ctx context.Context) (sqlstore.Tx, error) {

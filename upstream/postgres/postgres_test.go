@@ -32,9 +32,21 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, open)
 }
 
+func TestFeed(t *testing.T) {
+	storetest.RunFeed(t, func(t *testing.T) (storetest.FeedStore, storetest.Exec) {
+		url := testenv.PostgresURL(t)
+		s, err := postgres.Open(context.Background(), url, postgres.Options{MaxConns: 4})
+		conn := connect(t, url)
+		return storetest.Opened(t, s, err), func(ctx context.Context, stmt string, args ...any) error {
+			_, err := conn.Exec(ctx, stmt, args...)
+			return err
+		}
+	})
+}
+
 // schemaVersions are the versions a database this build has opened records:
 // one for each step in migrations/.
-var schemaVersions = []int{1, 2, 3, 4}
+var schemaVersions = []int{1, 2, 3, 4, 5}
 
 // connect opens a connection to the database at url, beside any store
 // open on it, and closes it when the test ends.

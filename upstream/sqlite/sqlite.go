@@ -49,7 +49,8 @@ const (
 // sqlstore.Store's.
 type Store struct {
 	*sqlstore.Store
-	db *sql.DB
+	feed *sqlstore.Feed
+	db   *sql.DB
 }
 
 var _ upstream.Store = (*Store)(nil)
@@ -75,7 +76,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, errors.Join(fmt.Errorf("migrate %s: %w", path, err), sqlDB.Close())
 	}
 	store := sqlstore.New(sqlstore.Engine{DB: db, ConstraintError: constraintError})
-	return &Store{Store: store, db: sqlDB}, nil
+	return &Store{Store: store, feed: sqlstore.NewFeed(db, nowMillis), db: sqlDB}, nil
 }
 
 // userVersion needs no lock of its own: the transaction holds the write

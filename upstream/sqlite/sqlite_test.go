@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/internal/sqlstore"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
@@ -26,9 +28,21 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, open)
 }
 
+func TestFeed(t *testing.T) {
+	storetest.RunFeed(t, func(t *testing.T) (storetest.FeedStore, storetest.Exec) {
+		path := filepath.Join(t.TempDir(), "gateway.db")
+		s, err := sqlite.Open(context.Background(), path)
+		db := openRaw(t, path)
+		return storetest.Opened(t, s, err), func(ctx context.Context, stmt string, args ...any) error {
+			_, err := db.ExecContext(ctx, stmt, args...)
+			return err
+		}
+	})
+}
+
 // schemaVersion is the user_version of a file this build has opened: the
 // number of steps in migrations/.
-const schemaVersion = 4
+const schemaVersion = 5
 
 // openRaw opens the file at path beside any store open on it, as an older
 // release or an operator would, and closes it when the test ends.
@@ -238,5 +252,77 @@ func TestOpenNewerSchema(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("Open error = %v; want it to say the schema is newer", err)
+	}
+}
+
+// TestOlderSQLiteFiresTheTriggers writes the file with the sqlite3 shell of
+// the machine (Debian 12's is 3.40, older than the SQLite this build
+// embeds), as an operator or another program would: its writes must
+// succeed and be recorded in the change feed, their revisions raised.
+func TestOlderSQLiteFiresTheTriggers(t *testing.T) {
+	shell, err := exec.LookPath("sqlite3")
+	if err != nil {
+		if testenv.RequireServices() {
+			t.Fatalf("no sqlite3 shell and GATEWAY_TEST_REQUIRE_SERVICES=1: %v", err)
+		}
+		t.Skipf("SKIP: no sqlite3 shell (%v); install Debian's sqlite3 to run this test", err)
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	opened, err := sqlite.Open(ctx, path)
+	s := storetest.Opened(t, opened, err)
+	firm, err := s.AddFirm(ctx, "Firm A", []byte("digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "a@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.ImportListings(ctx, []upstream.Listing{{Title: "Flat", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := stored[0]
+	version, err := exec.Command(shell, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sqlite3 shell %s", strings.Fields(string(version))[0])
+	script := fmt.Sprintf(`PRAGMA busy_timeout = 5000;
+UPDATE listings SET document = replace(document, '"title":"Flat"', '"title":"From the shell"') WHERE id = %[1]d;
+UPDATE listings SET is_active = 0 WHERE id = %[1]d;
+DELETE FROM listings WHERE id = %[1]d;
+INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
+  SELECT %[1]d, %[2]d, %[3]d, %[4]d, 1, 1, '{"title":"Back"}';
+`, l.ID, l.FirmID, l.No, l.FirmUserID)
+	cmd := exec.Command(shell, "-bail", path)
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sqlite3: %v\n%s", err, out)
+	}
+	got, err := s.ListingByID(ctx, l.ID)
+	if err != nil || got.Title != "Back" || got.Revision != 5 || !got.IsActive {
+		t.Fatalf("after the shell's writes: %+v, %v; want title Back, active, revision 5", got, err)
+	}
+	p, err := s.Position(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := s.Unapplied(ctx, p.LastSeq, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var revisions []int64
+	for _, c := range cs {
+		revisions = append(revisions, c.Revision)
+	}
+	// The import, the two updates, the delete, and the reinsert (recorded
+	// once more by the update that raised its revision).
+	if want := []int64{1, 2, 3, 4, 5, 5}; !slices.Equal(revisions, want) {
+		t.Fatalf("recorded revisions %v; want %v (changes %+v)", revisions, want, cs)
+	}
+	if !cs[3].Deleted || cs[2].VisibleAfter || !cs[1].VisibleAfter {
+		t.Fatalf("changes %+v: want the update visible, the deactivation not, the removal deleted", cs)
 	}
 }

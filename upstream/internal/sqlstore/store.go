@@ -48,7 +48,7 @@ func New(e Engine) *Store {
 	if e.Lookups == nil {
 		e.Lookups = e.DB
 	}
-	query := `SELECT revision, document FROM listings WHERE id = $1 AND firm_id = $2 AND NOT deleted`
+	query := `SELECT ` + listingColumns + ` FROM listings WHERE id = $1 AND firm_id = $2 AND NOT deleted`
 	if e.RowLock != "" {
 		query += " " + e.RowLock
 	}
@@ -57,7 +57,7 @@ func New(e Engine) *Store {
 
 func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, error) {
 	l, err := scanListing(s.e.Lookups.QueryRow(ctx,
-		`SELECT revision, document FROM listings WHERE id = $1 AND NOT deleted`, id))
+		`SELECT `+listingColumns+` FROM listings WHERE id = $1 AND NOT deleted`, id))
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("listing %d: %w", id, err)
 	}
@@ -66,31 +66,31 @@ func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, er
 
 func (s *Store) ListingByNumber(ctx context.Context, firmID, no int64) (upstream.Listing, error) {
 	l, err := scanListing(s.e.Lookups.QueryRow(ctx,
-		`SELECT revision, document FROM listings WHERE firm_id = $1 AND no = $2 AND NOT deleted`, firmID, no))
+		`SELECT `+listingColumns+` FROM listings WHERE firm_id = $1 AND no = $2 AND NOT deleted`, firmID, no))
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("listing %s: %w", upstream.ListingNumber(firmID, no), err)
 	}
 	return l, nil
 }
 
-// scanListing reads a row of revision and document. The revision has a
-// column of its own, so that a write can raise it without decoding the
-// document.
+// listingColumns are what a read of a listing selects: the columns that
+// are searched and checked, and the document with the rest.
+const listingColumns = `id, firm_id, no, firm_user_id, is_active, revision, document`
+
+// scanListing reads a row of listingColumns. The columns win over the
+// document: a writer other than the gateway may change one (an operator's
+// "UPDATE listings SET is_active = false") without the other. The revision
+// has a column of its own, so that a write can raise it without decoding
+// the document.
 func scanListing(row Row) (upstream.Listing, error) {
 	var (
-		l        upstream.Listing
-		revision int64
-		doc      []byte
+		c   columns
+		doc []byte
 	)
-	if err := row.Scan(&revision, &doc); err != nil {
+	if err := row.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &doc); err != nil {
 		return upstream.Listing{}, notFound(err)
 	}
-	if err := json.Unmarshal(doc, &l); err != nil {
-		return upstream.Listing{}, fmt.Errorf("decode document: %w", err)
-	}
-	l.Revision = revision
-	l.Normalize()
-	return l, nil
+	return c.listing(doc)
 }
 
 // UpdateListing reads and writes in one transaction, which the engine's
@@ -126,7 +126,7 @@ func (s *Store) DeleteListing(ctx context.Context, firmID, id int64) (upstream.L
 	l, err := scanListing(s.e.DB.QueryRow(ctx,
 		`UPDATE listings SET deleted = TRUE, revision = revision + 1
 		 WHERE id = $1 AND firm_id = $2 AND NOT deleted
-		 RETURNING revision, document`, id, firmID))
+		 RETURNING `+listingColumns, id, firmID))
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("delete listing %d of firm %d: %w", id, firmID, err)
 	}

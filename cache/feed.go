@@ -1,0 +1,264 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// Changes made by writers other than this gateway reach the cache through
+// the change feed: its consumer reads each changed listing's state from
+// the store and hands it to Apply, which brings every tier up to date and
+// tells every gateway.
+
+// Change is a listing's state after writes made elsewhere, with every
+// number it may be cached under.
+type Change struct {
+	State upstream.ListingState
+	// Revision is the highest revision the writes recorded; a removed
+	// row's state has none of its own.
+	Revision int64
+	// Numbers are the listing numbers the writes named, old and new. A
+	// live or deleted listing's current one is taken from its state.
+	Numbers []Key
+}
+
+// refreshOrFloor brings a cached copy up to date: a key that holds an
+// older revision (a listing, an absence or a floor) gets ARGV[1] for
+// ARGV[3] ms; a key that holds nothing gets the floor ARGV[4] for ARGV[5]
+// ms, so that a read of the old version in flight cannot fill it, without
+// filling Redis with listings nobody reads. A key that holds this revision
+// or a newer one is left alone.
+var refreshOrFloor = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local rev = tonumber(string.match(cur, '^v1 (%d+) '))
+  if rev and rev >= tonumber(ARGV[2]) then
+    return 0
+  end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+  return 1
+end
+redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
+return 2
+`)
+
+// keyWrite is one key's part of applying a change.
+type keyWrite struct {
+	name  string
+	value record // written where the key holds an older revision
+	ttl   time.Duration
+	// ifCached: value goes only over a cached copy; an empty key gets a
+	// floor. Otherwise value is written unless the key holds a newer
+	// revision, as writes do.
+	ifCached bool
+	floor    record
+}
+
+// Apply brings every tier up to date with changes: both keys of a live
+// listing are refreshed where cached (and floored where not), a deleted
+// one's get its tombstone, a removed one's and every number it left get a
+// floor; this gateway's local tier drops them, and every other gateway is
+// told and waited for, as for a write of this gateway's. It returns, in
+// the order of changes, the error of each that was not applied in full.
+func (c *Cache) Apply(ctx context.Context, changes []Change) []error {
+	errs := make([]error, len(changes))
+	var (
+		writes []keyWrite
+		owner  []int // the change each write belongs to
+		items  []Invalidation
+	)
+	for i, ch := range changes {
+		ws, its, err := c.changeWrites(ch)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		for range ws {
+			owner = append(owner, i)
+		}
+		writes = append(writes, ws...)
+		items = append(items, its...)
+	}
+	for i, err := range c.writeKeys(ctx, writes) {
+		if err != nil && errs[owner[i]] == nil {
+			errs[owner[i]] = err
+		}
+	}
+	c.applyInvalidations(items)
+	if err := c.announceItems(ctx, items); err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	return errs
+}
+
+// changeWrites lists the key writes and the invalidations of one change.
+func (c *Cache) changeWrites(ch Change) ([]keyWrite, []Invalidation, error) {
+	st := ch.State
+	id := st.Listing.ID
+	rev := max(ch.Revision, st.Listing.Revision)
+	kept := c.cfg.Fresh + c.cfg.Stale
+	floorOf := func(k Key) record {
+		return record{revision: rev, id: id, firmID: k.FirmID, no: k.No, kind: kindFloor, etag: []byte("-"),
+			freshUntil: c.until(c.floorTTL())}
+	}
+	var (
+		writes  []keyWrite
+		current Key
+	)
+	switch {
+	case st.Gone:
+		writes = append(writes, keyWrite{name: ByID(id).name(c.cfg.Prefix), value: floorOf(Key{}), ttl: c.floorTTL()})
+	case st.Deleted:
+		l := st.Listing
+		current = ByNumber(l.FirmID, l.No)
+		tomb := record{revision: rev, id: id, firmID: l.FirmID, no: l.No, kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(kept)}
+		for _, k := range []Key{ByID(id), current} {
+			writes = append(writes, keyWrite{name: k.name(c.cfg.Prefix), value: tomb, ttl: kept})
+		}
+	default:
+		l := st.Listing
+		current = ByNumber(l.FirmID, l.No)
+		r, err := c.recordOf(l)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, k := range []Key{ByID(id), current} {
+			writes = append(writes, keyWrite{name: k.name(c.cfg.Prefix), value: r, ttl: kept, ifCached: true, floor: floorOf(k)})
+		}
+	}
+	items := []Invalidation{}
+	if current != (Key{}) {
+		items = append(items, Invalidation{ID: id, FirmID: current.FirmID, No: current.No, Revision: rev})
+	}
+	for _, k := range ch.Numbers {
+		if k == current {
+			continue
+		}
+		writes = append(writes, keyWrite{name: k.name(c.cfg.Prefix), value: floorOf(k), ttl: c.floorTTL()})
+		items = append(items, Invalidation{ID: id, FirmID: k.FirmID, No: k.No, Revision: rev})
+	}
+	if len(items) == 0 { // a removed row that named no number: the id alone
+		items = append(items, Invalidation{ID: id, Revision: rev})
+	}
+	return writes, items, nil
+}
+
+// floorTTL is how long a floor stands: longer than any load that started
+// before the change can take.
+func (c *Cache) floorTTL() time.Duration { return 2 * c.cfg.LoadTimeout }
+
+// writeKeys runs writes in one round trip where the tier can, and returns
+// their errors in order.
+func (c *Cache) writeKeys(ctx context.Context, writes []keyWrite) []error {
+	if len(writes) == 0 {
+		return nil
+	}
+	for _, w := range writes {
+		c.group.Forget(w.name) // a flight that read the old version is not joined
+	}
+	var errs []error
+	if t, ok := c.tier.(*redisTier); ok {
+		errs = t.writeEach(ctx, writes)
+	} else {
+		errs = make([]error, len(writes))
+		for i, w := range writes {
+			errs[i] = c.tier.(*localTier).write(w)
+		}
+	}
+	for i, err := range errs {
+		c.observe(err)
+		if err == nil {
+			c.clean(writes[i].name)
+		}
+	}
+	return errs
+}
+
+// writeEach runs every write's script in one pipeline (EVALSHA, then EVAL
+// where Redis lacks the script). Each key is its own command, so keys may
+// live in different Cluster slots.
+func (t *redisTier) writeEach(ctx context.Context, writes []keyWrite) []error {
+	errs := make([]error, len(writes))
+	_, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
+		run := func(sha bool) error {
+			cmds := make([]*redis.Cmd, len(writes))
+			_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, w := range writes {
+					script, args := guardedSet, []any{w.value.encode(), w.value.revision, w.ttl.Milliseconds()}
+					if w.ifCached {
+						script = refreshOrFloor
+						args = append(args, w.floor.encode(), time.Until(time.UnixMilli(w.floor.freshUntil)).Milliseconds())
+					}
+					if sha {
+						cmds[i] = script.EvalSha(ctx, p, []string{w.name}, args...)
+					} else {
+						cmds[i] = script.Eval(ctx, p, []string{w.name}, args...)
+					}
+				}
+				return nil
+			})
+			for i, cmd := range cmds {
+				errs[i] = cmd.Err()
+			}
+			return err
+		}
+		err := run(true)
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = run(false)
+		}
+		return nil, err
+	})
+	for i := range errs {
+		if errs[i] == nil && err != nil {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// write applies one key write to the in-process tier.
+func (t *localTier) write(w keyWrite) error {
+	if !w.ifCached {
+		return t.set(context.Background(), w.name, w.value, w.ttl)
+	}
+	t.mu.Lock()
+	cur, ok := t.cache.GetIfPresent(w.name)
+	t.mu.Unlock()
+	switch {
+	case !ok || !t.now().Before(cur.expires):
+		return t.set(context.Background(), w.name, w.floor, time.Until(time.UnixMilli(w.floor.freshUntil)))
+	case cur.r.revision >= w.value.revision:
+		return nil
+	default:
+		return t.set(context.Background(), w.name, w.value, w.ttl)
+	}
+}
+
+// announceItems tells the other gateways, as a write does, and says
+// whether the announcement went out. Without Redis there is nobody to tell.
+func (c *Cache) announceItems(ctx context.Context, items []Invalidation) error {
+	if c.inv == nil || len(items) == 0 {
+		return nil
+	}
+	if err := c.inv.announce(ctx, items); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotAnnounced, err)
+	}
+	return nil
+}
+
+// ErrNotAnnounced is Apply's error for changes whose announcement to the
+// other gateways did not go out.
+var ErrNotAnnounced = errors.New("announcement not sent")
+
+// errNoRedis is RedisIdentity's answer without Redis.
+var errNoRedis = errors.New("no Redis configured")

@@ -1,0 +1,68 @@
+package cache
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// settler marks this gateway's own writes done in the store's change feed,
+// off the request path: a write that brought every tier, every gateway and
+// the CDN up to date itself leaves nothing for the feed's consumer, which
+// would otherwise announce and purge it a second time. Writes queued
+// together are settled in one statement. A settle that is lost (a full
+// queue, a failing store, this process dying) only costs that second time.
+type settler struct {
+	feed    FeedView
+	timeout time.Duration
+	queue   chan settling
+	log     *slog.Logger
+}
+
+type settling struct {
+	identity string
+	version  upstream.Settled
+}
+
+func newSettler(feed FeedView, timeout time.Duration, log *slog.Logger) *settler {
+	return &settler{feed: feed, timeout: max(timeout, time.Second), queue: make(chan settling, 4096), log: log}
+}
+
+// add queues a settle without waiting.
+func (s *settler) add(identity string, v upstream.Settled) {
+	select {
+	case s.queue <- settling{identity: identity, version: v}:
+	default:
+	}
+}
+
+// run settles what is queued until ctx ends.
+func (s *settler) run(ctx context.Context) {
+	for {
+		var first settling
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-s.queue:
+		}
+		batch := map[string][]upstream.Settled{first.identity: {first.version}}
+	drain:
+		for n := 1; n < 256; n++ {
+			select {
+			case next := <-s.queue:
+				batch[next.identity] = append(batch[next.identity], next.version)
+			default:
+				break drain
+			}
+		}
+		for identity, versions := range batch {
+			sctx, cancel := context.WithTimeout(ctx, s.timeout)
+			if err := s.feed.Settle(sctx, identity, versions); err != nil {
+				s.log.Debug("writes not settled; the change feed applies them", "writes", len(versions), "err", err)
+			}
+			cancel()
+		}
+	}
+}

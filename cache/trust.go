@@ -1,0 +1,267 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// Redis may miss writes: an outage during which writes returned, a
+// failover to a replica that lagged, a restart from an older snapshot. The
+// store's change feed is the durable record of what Redis missed: a change
+// stays unapplied until the consumer has applied it to the Redis that the
+// feed has adopted (and a new Redis makes the consumer apply the retained
+// window again). So a gateway trusts Redis entries only while nothing
+// suggests that Redis missed something: from its start, and from every
+// sign of trouble (an error of the tier, a lost subscription, a new Redis
+// identity), it serves no Redis entry until it has verified that the feed
+// adopted the Redis it talks to and applied every change recorded up to
+// that moment. While it waits for the last changes, it distrusts only
+// their keys.
+
+// FeedView is what the cache reads of the store's change feed.
+type FeedView interface {
+	Position(ctx context.Context) (upstream.FeedPosition, error)
+	Unapplied(ctx context.Context, upTo int64, limit int) ([]upstream.Change, error)
+	CaughtUp(ctx context.Context, upTo int64) (bool, error)
+	Settle(ctx context.Context, redisIdentity string, versions []upstream.Settled) error
+}
+
+// Trust states.
+const (
+	trusted int32 = iota
+	distrusted
+	partial // trusted but for the keys in dirty
+)
+
+// dirtyLimit bounds the keys a gateway distrusts one by one; past it, it
+// distrusts Redis whole until the feed has caught up.
+const dirtyLimit = 100_000
+
+// trust gates Redis entries. The read path takes one atomic load.
+type trust struct {
+	feed  FeedView
+	state atomic.Int32
+	dirty atomic.Pointer[map[Key]struct{}]
+	// epoch is raised by every distrust, so that a verification that
+	// began before it does not end in trust.
+	epoch    atomic.Uint64
+	identity atomic.Pointer[string] // of the Redis last verified
+	kick     chan struct{}
+}
+
+func newTrust(feed FeedView) *trust {
+	t := &trust{feed: feed, kick: make(chan struct{}, 1)}
+	t.state.Store(distrusted) // nothing is known of Redis yet
+	return t
+}
+
+// allows reports whether a Redis entry under k may be served.
+func (t *trust) allows(k Key) bool {
+	if t == nil {
+		return true
+	}
+	switch t.state.Load() {
+	case trusted:
+		return true
+	case partial:
+		_, dirty := (*t.dirty.Load())[k]
+		return !dirty
+	default:
+		return false
+	}
+}
+
+// distrust stops serving Redis entries until the next verification.
+func (t *trust) distrust() {
+	if t == nil {
+		return
+	}
+	t.epoch.Add(1)
+	if t.state.Swap(distrusted) != distrusted {
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// RedisTrusted reports whether this gateway serves Redis entries without
+// a check: true without Redis or without a change feed.
+func (c *Cache) RedisTrusted() bool {
+	return c.trust == nil || c.trust.state.Load() == trusted
+}
+
+// identityEvery is how often a trusting gateway checks that Redis is the
+// one it verified: a failover that broke none of its connections (a
+// Cluster node it is idle on) is seen within this.
+const identityEvery = time.Second
+
+// verify runs until ctx ends: it checks Redis's identity while trusting,
+// and verifies after every distrust.
+func (c *Cache) verify(ctx context.Context) {
+	t := c.trust
+	tick := time.NewTicker(identityEvery)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		if t.state.Load() != trusted {
+			if c.verifyOnce(ctx) {
+				continue
+			}
+			select { // try again soon
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.kick:
+		case <-tick.C:
+			id, err := c.RedisIdentity(ctx)
+			if err != nil || id != *t.identity.Load() {
+				c.log.Info("redis changed or failing; its entries are not served until the change feed has caught up", "err", err)
+				t.distrust()
+			}
+		}
+	}
+}
+
+// verifyOnce tries to end a distrust; it reports whether it did.
+func (c *Cache) verifyOnce(ctx context.Context) bool {
+	t := c.trust
+	epoch := t.epoch.Load()
+	id, err := c.RedisIdentity(ctx)
+	if err != nil {
+		return false
+	}
+	pos, err := feedCall(c, ctx, func(ctx context.Context) (upstream.FeedPosition, error) { return t.feed.Position(ctx) })
+	if err != nil || pos.RedisIdentity != id {
+		return false // the consumer has not adopted this Redis yet
+	}
+	changes, err := feedCall(c, ctx, func(ctx context.Context) ([]upstream.Change, error) {
+		return t.feed.Unapplied(ctx, pos.LastSeq, dirtyLimit)
+	})
+	if err != nil {
+		return false
+	}
+	if len(changes) < dirtyLimit {
+		dirty := make(map[Key]struct{}, 2*len(changes))
+		for _, ch := range changes {
+			dirty[ByID(ch.ListingID)] = struct{}{}
+			dirty[ByNumber(ch.FirmID, ch.No)] = struct{}{}
+			if ch.Moved() {
+				dirty[ByNumber(ch.OldFirmID, ch.OldNo)] = struct{}{}
+			}
+		}
+		t.dirty.Store(&dirty)
+		if t.epoch.Load() == epoch {
+			t.state.CompareAndSwap(distrusted, partial)
+		}
+	}
+	for ctx.Err() == nil && t.epoch.Load() == epoch {
+		caught, err := feedCall(c, ctx, func(ctx context.Context) (bool, error) { return t.feed.CaughtUp(ctx, pos.LastSeq) })
+		if err == nil && caught {
+			t.identity.Store(&id)
+			if t.state.CompareAndSwap(partial, trusted) || t.state.CompareAndSwap(distrusted, trusted) {
+				c.log.Info("redis entries served again: the change feed has applied what it missed", "lastSeq", pos.LastSeq)
+			}
+			return t.epoch.Load() == epoch
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// feedCall runs one call to the store's feed within the load timeout.
+func feedCall[T any](c *Cache, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.LoadTimeout)
+	defer cancel()
+	return call(ctx)
+}
+
+// RedisIdentity names the Redis behind the client: the run ids of its
+// masters, which change with every restart and failover.
+func (c *Cache) RedisIdentity(ctx context.Context) (string, error) {
+	t, ok := c.tier.(*redisTier)
+	if !ok {
+		return "", errNoRedis
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*t.timeout)
+	defer cancel()
+	return redisIdentity(ctx, t.rdb)
+}
+
+func redisIdentity(ctx context.Context, rdb redis.UniversalClient) (string, error) {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		var (
+			mu  sync.Mutex
+			ids []string
+		)
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			id, err := runID(ctx, node)
+			mu.Lock()
+			defer mu.Unlock()
+			ids = append(ids, id)
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		slices.Sort(ids)
+		return strings.Join(ids, ","), nil
+	}
+	return runID(ctx, rdb)
+}
+
+func runID(ctx context.Context, rdb redis.Cmdable) (string, error) {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", errors.New("redis INFO names no run_id")
+}
+
+// RedisEmpty reports whether Redis holds no key at all: then it cannot
+// hold an old version of anything.
+func (c *Cache) RedisEmpty(ctx context.Context) (bool, error) {
+	t, ok := c.tier.(*redisTier)
+	if !ok {
+		return false, errNoRedis
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*t.timeout)
+	defer cancel()
+	var keys atomic.Int64
+	count := func(ctx context.Context, node redis.Cmdable) error {
+		n, err := node.DBSize(ctx).Result()
+		keys.Add(n)
+		return err
+	}
+	var err error
+	if cc, isCluster := t.rdb.(*redis.ClusterClient); isCluster {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return count(ctx, node) })
+	} else {
+		err = count(ctx, t.rdb)
+	}
+	if err != nil {
+		return false, fmt.Errorf("redis size: %w", err)
+	}
+	return keys.Load() == 0, nil
+}

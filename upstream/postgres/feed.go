@@ -1,0 +1,146 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/realty-gateway/gateway/upstream"
+	"github.com/realty-gateway/gateway/upstream/internal/sqlstore"
+)
+
+// nowMillis is the database's clock in milliseconds since 1970.
+const nowMillis = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+
+// feedLock is the advisory lock that the consumer of the change feed holds
+// on its own session.
+const feedLock = 0x6761_7465_7761_7902 // "gateway" + 2
+
+// The consumer's session: the server ends it once it has been idle for
+// feedIdleTimeout (PostgreSQL 14 and later), which releases the lock of a
+// consumer whose connection passes no bytes any more but never closed; the
+// TCP keepalives release it where the peer vanished. The consumer renews
+// far more often than that, and stops applying once feedLease has passed
+// since its last successful call, before anyone else can hold the lock.
+const (
+	feedIdleTimeout = 10 * time.Second
+	feedLease       = feedIdleTimeout / 2
+	keepAliveIdle   = 5 * time.Second
+	keepAliveEvery  = 2 * time.Second
+	keepAliveCount  = 3
+)
+
+var _ upstream.Feed = (*Store)(nil)
+
+// Acquire opens a session of its own and takes the feed's advisory lock
+// on it, without waiting; while another session holds it, it returns
+// upstream.ErrNotConsumer.
+func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSession, error) {
+	cfg := s.pool.Config().ConnConfig.Copy()
+	dialer := &net.Dialer{
+		Timeout: 5 * time.Second,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: keepAliveIdle, Interval: keepAliveEvery, Count: keepAliveCount,
+		},
+	}
+	cfg.DialFunc = dialer.DialContext
+	cfg.Tracer = nil // the feed's polls are not requests
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("feed session: %w", err)
+	}
+	closeConn := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}
+	// The server's side of the keepalives, and its bound on a silent peer.
+	for _, set := range []string{
+		fmt.Sprintf("SET tcp_keepalives_idle = %d", int(keepAliveIdle.Seconds())),
+		fmt.Sprintf("SET tcp_keepalives_interval = %d", int(keepAliveEvery.Seconds())),
+		fmt.Sprintf("SET tcp_keepalives_count = %d", keepAliveCount),
+		fmt.Sprintf("SET tcp_user_timeout = %d", feedIdleTimeout.Milliseconds()),
+		fmt.Sprintf("SET idle_session_timeout = %d", feedIdleTimeout.Milliseconds()),
+	} {
+		if _, err := conn.Exec(ctx, set); err != nil && !unknownSetting(err) {
+			closeConn()
+			return nil, fmt.Errorf("feed session: %w", err)
+		}
+	}
+	var held bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(feedLock)).Scan(&held); err != nil {
+		closeConn()
+		return nil, fmt.Errorf("feed lock: %w", err)
+	}
+	if !held {
+		closeConn()
+		return nil, upstream.ErrNotConsumer
+	}
+	if _, err := conn.Exec(ctx, `UPDATE feed_state SET holder = $1 WHERE id = 1`, holder); err != nil {
+		closeConn()
+		return nil, fmt.Errorf("feed holder: %w", err)
+	}
+	db := connDB{conn}
+	renew := func(ctx context.Context) error {
+		_, err := conn.Exec(ctx, `SELECT 1`)
+		return err
+	}
+	release := func(ctx context.Context) error {
+		_, unlockErr := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(feedLock))
+		return errors.Join(unlockErr, conn.Close(ctx))
+	}
+	return sqlstore.NewSession(db, nowMillis, feedLease, renew, release), nil
+}
+
+// unknownSetting reports a server too old for a setting (idle_session_timeout
+// is PostgreSQL 14's): the keepalives still bound a vanished peer.
+func unknownSetting(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704"
+}
+
+func (s *Store) Position(ctx context.Context) (upstream.FeedPosition, error) {
+	return s.feed.Position(ctx)
+}
+
+func (s *Store) Unapplied(ctx context.Context, upTo int64, limit int) ([]upstream.Change, error) {
+	return s.feed.Unapplied(ctx, upTo, limit)
+}
+
+func (s *Store) CaughtUp(ctx context.Context, upTo int64) (bool, error) {
+	return s.feed.CaughtUp(ctx, upTo)
+}
+
+func (s *Store) Settle(ctx context.Context, redisIdentity string, versions []upstream.Settled) error {
+	return s.feed.Settle(ctx, redisIdentity, versions)
+}
+
+// connDB is one connection as sqlstore.FeedDB. Like the connection, it is
+// for one goroutine at a time.
+type connDB struct{ conn *pgx.Conn }
+
+func (c connDB) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	return c.conn.QueryRow(ctx, query, args...)
+}
+
+func (c connDB) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := c.conn.Exec(ctx, query, args...)
+	return err
+}
+
+func (c connDB) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	return c.conn.Query(ctx, query, args...)
+}
+
+func (c connDB) Begin(ctx context.Context) (sqlstore.Tx, error) {
+	tx, err := c.conn.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return transaction{Querier: sqlstore.Conn(tx.QueryRow, tx.Exec), tx: tx}, nil
+}
