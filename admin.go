@@ -13,6 +13,7 @@ import (
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
+	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/metrics"
 	"github.com/realty-gateway/gateway/upstream"
@@ -84,7 +85,7 @@ func newReadiness(draining *atomic.Bool, guarded *upstream.Guarded, store upstre
 // (/readyz, see readiness), Prometheus metrics (/metrics) and counters as
 // JSON (/stats).
 func newAdmin(addr string, ready readiness, listings *cache.Cache, guarded *upstream.Guarded, srv *gateway.Server,
-	purger *cdn.Purger, m *metrics.Metrics) *http.Server {
+	purger *cdn.Purger, changes *feed.Consumer, m *metrics.Metrics) *http.Server {
 	mux := http.NewServeMux()
 	live := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }
 	mux.HandleFunc("GET /livez", live)
@@ -108,7 +109,8 @@ func newAdmin(addr string, ready readiness, listings *cache.Cache, guarded *upst
 			BreakerOpen bool        `json:"breakerOpen"`
 			Panics      uint64      `json:"panics"`
 			Purges      purgeStats  `json:"purges"`
-		}{listings.Stats(), guarded.Open(), srv.Panics(), purges})
+			Feed        feed.Stats  `json:"feed"`
+		}{listings.Stats(), guarded.Open(), srv.Panics(), purges, changes.Stats()})
 	})
 	return &http.Server{
 		Addr:              addr,

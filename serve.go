@@ -63,7 +63,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	ready := newReadiness(&draining, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
 	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, cfg.Cache.LocalBytes, ready)
 	p.srv.Observe(m)
-	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, m)
+	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, m)
 	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
 }
 
@@ -108,9 +108,11 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 	}
 	if p.rdb != nil && tp != nil {
 		// Command arguments stay out of spans: they hold whole listings.
-		// Dials happen in the pool's own time, outside any request.
+		// Dials happen in the pool's own time, outside any request, and so
+		// do the checks of Redis's identity and size (the change feed's).
+		background := func(cmd redis.Cmder) bool { return cmd.Name() == "info" || cmd.Name() == "dbsize" }
 		if err := redisotel.InstrumentTracing(p.rdb, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false),
-			redisotel.WithDialFilter(true)); err != nil {
+			redisotel.WithDialFilter(true), redisotel.WithCommandFilter(background)); err != nil {
 			return nil, fmt.Errorf("redis tracing: %w", err)
 		}
 	}

@@ -168,6 +168,9 @@ type Stats struct {
 	Shared   uint64 `json:"shared"`
 	// LocalTierOn is whether that tier serves: it has a live subscription.
 	LocalTierOn bool `json:"localTierOn"`
+	// RedisTrusted is whether Redis entries are served without a check
+	// (see trust.go); always true without Redis or a change feed.
+	RedisTrusted bool `json:"redisTrusted"`
 	// Announced counts the writes announced to other gateways;
 	// Unacknowledged those not acknowledged by all within the wait.
 	Announced      uint64 `json:"announced"`
@@ -187,6 +190,7 @@ type Cache struct {
 	// tracer, when set, records the singleflight wait of a miss as a span.
 	tracer trace.Tracer
 	group  singleflight.Group
+	queued freshFlights // instead of group while Redis is not trusted
 	now    func() time.Time
 
 	hits, misses, stale, loads, tierErrors, corrupt, incoherent, localHits atomic.Uint64
@@ -237,7 +241,7 @@ func (c *Cache) Stats() Stats {
 		StoreLoads: c.loads.Load(), TierErrors: c.tierErrors.Load(), Corrupt: c.corrupt.Load(),
 		Incoherent: c.incoherent.Load(), LocalHits: c.localHits.Load(), TierHits: c.tierHits.Load(),
 		Negative: c.negative.Load(), Shared: c.shared.Load(),
-		LocalTierOn: c.front != nil && c.front.enabled.Load(),
+		LocalTierOn: c.front != nil && c.front.enabled.Load(), RedisTrusted: c.RedisTrusted(),
 	}
 	if c.inv != nil {
 		s.Announced, s.Unacknowledged = c.inv.announced.Load(), c.inv.unacknowledged.Load()
@@ -297,11 +301,17 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	}
 
 	ctx, endWait := c.traceWait(ctx)
-	ch := c.group.DoChan(name, func() (any, error) {
+	load := func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LoadTimeout)
 		defer cancel()
 		return c.load(ctx, k, name)
-	})
+	}
+	var ch <-chan singleflight.Result
+	if c.RedisTrusted() {
+		ch = c.group.DoChan(name, load)
+	} else { // another gateway's write may not be announced here
+		ch = c.queued.doChan(name, load)
+	}
 	select {
 	case <-ctx.Done():
 		endWait(false, ctx.Err())

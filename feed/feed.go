@@ -109,17 +109,19 @@ const (
 // Stats are the consumer's counters and gauges.
 type Stats struct {
 	// Consumer is whether this gateway holds the feed.
-	Consumer bool
+	Consumer bool `json:"consumer"`
 	// Backlog and Lag are the records not yet applied and the age of the
 	// oldest, by the database's clock, read by the consumer each second.
-	Backlog int64
-	Lag     time.Duration
+	Backlog int64         `json:"backlog"`
+	Lag     time.Duration `json:"lagNanoseconds"`
 	// Applied counts records applied; Replayed those applied again to a
 	// new Redis; PurgesGivenUp the records marked done though their purge
 	// was given up.
-	Applied, Replayed, PurgesGivenUp uint64
+	Applied       uint64 `json:"applied"`
+	Replayed      uint64 `json:"replayed"`
+	PurgesGivenUp uint64 `json:"purgesGivenUp"`
 	// Errors counts failures by stage.
-	Errors map[string]uint64
+	Errors map[string]uint64 `json:"errors"`
 }
 
 // Consumer applies the change feed while it holds it.
@@ -175,10 +177,11 @@ func (c *Consumer) Stats() Stats {
 
 // Timings of the consumer's loop.
 const (
-	acquireEvery = time.Second      // how often a gateway tries to become the consumer
-	backlogEvery = time.Second      // how often the backlog gauges are read
-	pruneEvery   = 30 * time.Second // how often done records are pruned
-	pruneBatch   = 10_000
+	acquireEvery   = 500 * time.Millisecond // how often a gateway tries to become the consumer
+	acquireTimeout = 5 * time.Second        // bounds one try, on a store that does not answer
+	backlogEvery   = time.Second            // how often the backlog gauges are read
+	pruneEvery     = 30 * time.Second       // how often done records are pruned
+	pruneBatch     = 10_000
 	// redisGiveUp is how long a consumer that cannot reach Redis keeps the
 	// feed before it leaves it to a gateway that may.
 	redisGiveUp = 5 * time.Second
@@ -192,7 +195,9 @@ const (
 func (c *Consumer) Run(ctx context.Context) {
 	var notified bool // the store's failure is logged once, not every try
 	for ctx.Err() == nil {
-		sess, err := c.deps.Store.Acquire(ctx, c.deps.Holder)
+		actx, cancel := context.WithTimeout(ctx, acquireTimeout)
+		sess, err := c.deps.Store.Acquire(actx, c.deps.Holder)
+		cancel()
 		switch {
 		case err == nil:
 			notified = false

@@ -24,16 +24,16 @@ var ErrNotConsumer = errors.New("another gateway consumes the change feed")
 // another firm or number. Visible means active and not deleted; Deleted is
 // set for a tombstone and for a row that was removed.
 type Change struct {
-	Seq                  int64
-	ListingID            int64
-	FirmID, No           int64
-	OldFirmID, OldNo     int64
-	Revision             int64
-	VisibleBefore        bool
-	VisibleAfter         bool
-	Deleted              bool
-	ChangedAt            time.Time
-	Applied              bool
+	Seq              int64
+	ListingID        int64
+	FirmID, No       int64
+	OldFirmID, OldNo int64
+	Revision         int64
+	VisibleBefore    bool
+	VisibleAfter     bool
+	Deleted          bool
+	ChangedAt        time.Time
+	Applied          bool
 	// Replayed changes are applied again to a Redis that may have lost
 	// them; the CDN needs no second purge.
 	Replayed bool

@@ -74,6 +74,9 @@ func (l *lab) prepare(ctx context.Context) error {
 	if err := l.seed(ctx); err != nil {
 		return err
 	}
+	if l.opts.feed { // feedBench starts its own gateways
+		return nil
+	}
 	return l.startAll(ctx, false)
 }
 

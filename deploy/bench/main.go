@@ -8,6 +8,7 @@
 //	go run ./deploy/bench                      # the whole run, about 12 minutes
 //	go run ./deploy/bench -reps 1 -duration 2s # a quick look
 //	go run ./deploy/bench -out deploy/bench/RESULTS.md
+//	go run ./deploy/bench -feed -listings 10000  # the change feed's cost to writers (feed.go)
 //
 // Cases: gateway-local (Redis configured, hot listing from the local
 // tier), gateway-redis (the same with GATEWAY_LOCAL_CACHE_BYTES=0),
@@ -48,6 +49,9 @@ func main() {
 	flag.IntVar(&opts.listings, "listings", 100_000, "listings in PostgreSQL for gateway-miss")
 	flag.StringVar(&opts.out, "out", "", "also write the report to this file")
 	flag.BoolVar(&opts.skipPinned, "skip-pinned", false, "skip the run pinned to separate cores")
+	flag.BoolVar(&opts.feed, "feed", false, "measure the change feed's cost to writers instead (see feed.go)")
+	flag.DurationVar(&opts.feedDuration, "feed-duration", 30*time.Second, "with -feed: length of one run of writers")
+	flag.IntVar(&opts.writers, "feed-writers", 8, "with -feed: concurrent SQL writers")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -61,6 +65,9 @@ type options struct {
 	duration              time.Duration
 	out                   string
 	skipPinned            bool
+	feed                  bool
+	feedDuration          time.Duration
+	writers               int
 }
 
 func run(ctx context.Context, opts options) error {
@@ -84,7 +91,11 @@ func run(ctx context.Context, opts options) error {
 	if err := lab.prepare(ctx); err != nil {
 		return err
 	}
-	report, err := lab.measure(ctx)
+	measure := lab.measure
+	if opts.feed {
+		measure = lab.feedBench
+	}
+	report, err := measure(ctx)
 	if err != nil {
 		return err
 	}

@@ -46,14 +46,20 @@ func ModuleRoot() (string, error) {
 // Build compiles the gateway (the module root's main package) into dir and
 // returns the binary's path.
 func Build(dir string) (bin string, err error) {
+	return BuildTagged(dir, "gateway", "")
+}
+
+// BuildTagged compiles the gateway with build tags (such as "faultpoints",
+// which arms internal/faultpoint) into dir/name.
+func BuildTagged(dir, name, tags string) (bin string, err error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}
-	bin = filepath.Join(dir, "gateway")
+	bin = filepath.Join(dir, name)
 	// -buildvcs=auto: a GOFLAGS of the machine may turn stamping off, and
 	// "gateway version" names the commit it was built from.
-	cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-buildvcs=auto", "-tags", tags, "-o", bin, ".")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build in %s: %w\n%s", root, err, out)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/feed"
 )
 
 // Process is a running gateway. Base and AdminBase are its two listeners
@@ -125,6 +126,7 @@ type Stats struct {
 	Purges      struct {
 		Sent, Failed, Dropped uint64
 	} `json:"purges"`
+	Feed feed.Stats `json:"feed"`
 }
 
 // Stats reads /stats from the admin listener; a failure fails the test.

@@ -9,13 +9,15 @@ import (
 )
 
 // Proxy forwards TCP connections to a target: a dependency that a test can
-// take away (Stop), bring back on the same address (Restart) or slow down
-// (SetLatency). When the target refuses a connection, the proxy resets the
-// client's connection, so the client sees the target's outage.
+// take away (Stop), bring back on the same address (Restart), slow down
+// (SetLatency) or silence (Freeze). When the target refuses a connection,
+// the proxy resets the client's connection, so the client sees the
+// target's outage.
 type Proxy struct {
 	target  string
 	addr    string
 	latency atomic.Int64 // nanoseconds added to each chunk from the target
+	frozen  atomic.Bool
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -45,6 +47,14 @@ func (p *Proxy) Addr() string { return p.addr }
 // that answers d later. Zero turns it off. It applies to open connections
 // at once.
 func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// Freeze stops passing bytes either way, on open connections and new
+// ones, without closing any: a silent partition, which neither side can
+// tell from a slow peer. Thaw passes what was held back and goes on.
+func (p *Proxy) Freeze() { p.frozen.Store(true) }
+
+// Thaw ends a Freeze.
+func (p *Proxy) Thaw() { p.frozen.Store(false) }
 
 // Stop refuses new connections and cuts the open ones.
 func (p *Proxy) Stop() {
@@ -164,6 +174,9 @@ func (p *Proxy) copy(dst, src net.Conn, fromTarget bool) {
 	for ch := range chunks {
 		if d := time.Until(ch.due); d > 0 {
 			time.Sleep(d)
+		}
+		for p.frozen.Load() {
+			time.Sleep(10 * time.Millisecond)
 		}
 		if _, err := dst.Write(ch.b); err != nil {
 			src.Close() // ends the reader, which closes chunks

@@ -45,6 +45,33 @@ func freeRedisPort(t testing.TB) int {
 // being bound costs a retry on another port, not the test.
 func redisServer(t testing.TB, name string, sentinel bool, args ...string) string {
 	t.Helper()
+	return startRedisNode(t, name, sentinel, args).Addr
+}
+
+// RedisNode is a redis-server of a test's own, which the test may kill
+// and start again on the same address.
+type RedisNode struct {
+	Addr string
+	// Dir is its working directory, where it writes dump.rdb.
+	Dir string
+
+	t      testing.TB
+	name   string
+	bin    string
+	args   []string // all of them, the port included
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// StartRedis starts a redis-server of the test's own (no persistence
+// unless args ask for it) and kills it at the end of the test.
+func StartRedis(t testing.TB, name string, args ...string) *RedisNode {
+	t.Helper()
+	return startRedisNode(t, name, false, args)
+}
+
+func startRedisNode(t testing.TB, name string, sentinel bool, args []string) *RedisNode {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		unavailable(t, "redis-server binary", err)
@@ -60,6 +87,8 @@ func redisServer(t testing.TB, name string, sentinel bool, args ...string) strin
 			t.Logf("%s log:\n%s", name, tail(string(b), 4000))
 		}
 	})
+	n := &RedisNode{Dir: dir, t: t, name: name, bin: bin}
+	t.Cleanup(n.Kill)
 	for range 5 {
 		port := freeRedisPort(t)
 		var all []string
@@ -74,23 +103,42 @@ func redisServer(t testing.TB, name string, sentinel bool, args ...string) strin
 			all = []string{"--save", "", "--appendonly", "no"}
 		}
 		all = append(all, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--logfile", logFile)
-		cmd := exec.Command(bin, append(all, args...)...)
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start %s: %v", name, err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		})
-		addr := "127.0.0.1:" + strconv.Itoa(port)
-		if ours(t, name, addr, cmd.Process.Pid, exited) {
-			return addr
+		n.Addr, n.args = "127.0.0.1:"+strconv.Itoa(port), append(all, args...)
+		if n.start() {
+			return n
 		}
 	}
 	t.Fatalf("%s did not start on any of 5 free ports", name)
-	return ""
+	return nil
+}
+
+// start runs the server and reports whether it answers as itself.
+func (n *RedisNode) start() bool {
+	n.t.Helper()
+	n.cmd = exec.Command(n.bin, n.args...)
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatalf("start %s: %v", n.name, err)
+	}
+	n.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); close(exited) }(n.cmd, n.exited)
+	return ours(n.t, n.name, n.Addr, n.cmd.Process.Pid, n.exited)
+}
+
+// Kill ends the server with SIGKILL and waits for it: nothing is saved.
+func (n *RedisNode) Kill() {
+	if n.cmd != nil {
+		_ = n.cmd.Process.Kill()
+		<-n.exited
+	}
+}
+
+// Restart starts the killed server again on its address, with what its
+// directory holds.
+func (n *RedisNode) Restart() {
+	n.t.Helper()
+	if !n.start() {
+		n.t.Fatalf("%s did not start again on %s", n.name, n.Addr)
+	}
 }
 
 // ours waits up to 10 s until the server at addr answers as process pid,
@@ -165,13 +213,16 @@ func RedisCluster(t testing.TB, n int) []string {
 	return addrs
 }
 
-// Sentinel is a master, one replica of it and one sentinel watching it,
+// Sentinel is a master, one replica of it and the sentinels watching it,
 // all local.
 type Sentinel struct {
-	Addr       string // the sentinel's
+	Addr       string   // the first sentinel's
+	Addrs      []string // every sentinel's
 	MasterName string
 	Master     string
 	Replica    string
+	// MasterNode is the master's server, which a test may kill.
+	MasterNode *RedisNode
 }
 
 // RedisSentinel starts a master, a replica and a sentinel (quorum 1) on
@@ -179,30 +230,47 @@ type Sentinel struct {
 // three at the end of the test.
 func RedisSentinel(t testing.TB) Sentinel {
 	t.Helper()
+	return RedisSentinels(t, 1)
+}
+
+// RedisSentinels is RedisSentinel with n sentinels and a quorum of a
+// majority of them.
+func RedisSentinels(t testing.TB, n int) Sentinel {
+	t.Helper()
 	s := Sentinel{MasterName: "gateway"}
-	s.Master = redisServer(t, "master", false, "--repl-diskless-sync-delay", "0")
+	s.MasterNode = startRedisNode(t, "master", false, []string{"--repl-diskless-sync-delay", "0"})
+	s.Master = s.MasterNode.Addr
 	host, port, _ := net.SplitHostPort(s.Master)
 	s.Replica = redisServer(t, "replica", false, "--replicaof", host, port)
-	s.Addr = redisServer(t, "sentinel", true)
 	ctx := context.Background()
-	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-	defer sc.Close()
-	for _, cmd := range [][]any{
-		{"sentinel", "monitor", s.MasterName, host, port, "1"},
-		{"sentinel", "set", s.MasterName, "down-after-milliseconds", "1000"},
-		{"sentinel", "set", s.MasterName, "failover-timeout", "5000"},
-	} {
-		if err := sc.Process(ctx, redis.NewStatusCmd(ctx, cmd...)); err != nil {
-			t.Fatalf("%v: %v", cmd, err)
+	for i := range n {
+		addr := redisServer(t, fmt.Sprintf("sentinel-%d", i), true)
+		s.Addrs = append(s.Addrs, addr)
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		for _, cmd := range [][]any{
+			{"sentinel", "monitor", s.MasterName, host, port, strconv.Itoa(n/2 + 1)},
+			{"sentinel", "set", s.MasterName, "down-after-milliseconds", "1000"},
+			{"sentinel", "set", s.MasterName, "failover-timeout", "5000"},
+		} {
+			if err := sc.Process(ctx, redis.NewStatusCmd(ctx, cmd...)); err != nil {
+				t.Fatalf("%v: %v", cmd, err)
+			}
 		}
+		sc.Close()
 	}
-	waitUntil(t, 15*time.Second, "the sentinel knows the replica", func() bool {
-		replicas, err := sc.Replicas(ctx, s.MasterName).Result()
-		if err != nil || len(replicas) != 1 {
-			return false
-		}
-		return replicas[0]["flags"] == "slave" && replicas[0]["master-link-status"] == "ok"
-	})
+	s.Addr = s.Addrs[0]
+	for _, addr := range s.Addrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		waitUntil(t, 15*time.Second, "the sentinel knows the replica and the other sentinels", func() bool {
+			replicas, err := sc.Replicas(ctx, s.MasterName).Result()
+			if err != nil || len(replicas) != 1 || replicas[0]["flags"] != "slave" || replicas[0]["master-link-status"] != "ok" {
+				return false
+			}
+			others, err := sc.Sentinels(ctx, s.MasterName).Result()
+			return err == nil && len(others) == n-1
+		})
+		sc.Close()
+	}
 	return s
 }
 

@@ -21,6 +21,14 @@ const nowMillis = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 // on its own session.
 const feedLock = 0x6761_7465_7761_7902 // "gateway" + 2
 
+// feedLockHeld asks whether a session of this database holds the feed's
+// lock: pg_locks shows a bigint key as its high half in classid and its
+// low half in objid.
+var feedLockHeld = fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM pg_locks
+	WHERE locktype = 'advisory' AND classid = %d AND objid = %d AND objsubid = 1 AND granted
+	  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`,
+	uint32(feedLock>>32), uint32(feedLock&0xffff_ffff))
+
 // The consumer's session: the server ends it once it has been idle for
 // feedIdleTimeout (PostgreSQL 14 and later), which releases the lock of a
 // consumer whose connection passes no bytes any more but never closed; the
@@ -41,6 +49,15 @@ var _ upstream.Feed = (*Store)(nil)
 // on it, without waiting; while another session holds it, it returns
 // upstream.ErrNotConsumer.
 func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSession, error) {
+	// Asked on the pool first, so that gateways waiting for the feed do
+	// not open a session each time they ask.
+	var held bool
+	if err := s.pool.QueryRow(ctx, feedLockHeld).Scan(&held); err != nil {
+		return nil, fmt.Errorf("feed lock: %w", err)
+	}
+	if held {
+		return nil, upstream.ErrNotConsumer
+	}
 	cfg := s.pool.Config().ConnConfig.Copy()
 	dialer := &net.Dialer{
 		Timeout: 5 * time.Second,
@@ -72,7 +89,6 @@ func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSessio
 			return nil, fmt.Errorf("feed session: %w", err)
 		}
 	}
-	var held bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(feedLock)).Scan(&held); err != nil {
 		closeConn()
 		return nil, fmt.Errorf("feed lock: %w", err)

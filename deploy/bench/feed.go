@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The change feed's cost to writers other than the gateway (-feed):
+// concurrent single-row UPDATEs made in SQL, as fast as the machine
+// allows, with the feed's triggers disabled and enabled in turn
+// (interleaved), while two gateways run with the feed on; and the
+// gateway's own PUTs, the same way.
+//
+//	go run ./deploy/bench -feed                  # 2 rounds of 30 s each way
+//	go run ./deploy/bench -feed -feed-duration 5s -reps 1
+
+// feedTriggers are the triggers that the feed adds to listings.
+var feedTriggers = []string{"listings_change", "listings_revision"}
+
+type writeRun struct {
+	triggers   bool
+	writes     int
+	throughput float64 // writes per second
+	p50, p99   time.Duration
+	// with the triggers on: the peaks seen while writing, and how long the
+	// backlog took to drain once the writers stopped.
+	peakLag     time.Duration
+	peakBacklog int64
+	peakTable   int64
+	drain       time.Duration
+}
+
+func (l *lab) feedBench(ctx context.Context) (string, error) {
+	a := &server{name: "gateway-local", addr: freeAddr(), auth: true, path: "/realty/1"}
+	b := &server{name: "gateway-b", addr: freeAddr(), auth: true, path: "/realty/1"}
+	for _, s := range []*server{a, b} {
+		if err := l.start(ctx, s, false, l.gatewayEnv("GATEWAY_ADDR="+s.addr, "GATEWAY_ADMIN_ADDR="+freeAddr()), l.gateway); err != nil {
+			return "", err
+		}
+	}
+	if err := l.login(); err != nil {
+		return "", err
+	}
+	db, err := pgx.Connect(ctx, l.dbURL)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close(context.Background())
+
+	var runs []writeRun
+	var puts = map[bool][]time.Duration{}
+	for rep := range l.opts.reps {
+		for _, on := range []bool{false, true} {
+			if err := setTriggers(ctx, db, on); err != nil {
+				return "", err
+			}
+			log.Printf("round %d, triggers %v: %v of SQL writes", rep+1, on, l.opts.feedDuration)
+			r, err := l.sqlWrites(ctx, db, on)
+			if err != nil {
+				return "", err
+			}
+			runs = append(runs, r)
+			d, err := l.ownPuts(ctx, a, 200)
+			if err != nil {
+				return "", err
+			}
+			puts[on] = append(puts[on], d...)
+		}
+	}
+	if err := setTriggers(ctx, db, true); err != nil {
+		return "", err
+	}
+	return feedReport(l.opts, runs, puts), nil
+}
+
+func setTriggers(ctx context.Context, db *pgx.Conn, on bool) error {
+	verb := "DISABLE"
+	if on {
+		verb = "ENABLE"
+	}
+	for _, tr := range feedTriggers {
+		if _, err := db.Exec(ctx, fmt.Sprintf("ALTER TABLE listings %s TRIGGER %s", verb, tr)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sqlWrites runs the writers for the run's duration, each on its own
+// connection, each write one UPDATE of one random listing in its own
+// transaction, and watches the feed meanwhile.
+func (l *lab) sqlWrites(ctx context.Context, db *pgx.Conn, triggers bool) (writeRun, error) {
+	run := writeRun{triggers: triggers}
+	wctx, stop := context.WithTimeout(ctx, l.opts.feedDuration)
+	defer stop()
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		wg        sync.WaitGroup
+		failed    atomic.Value
+	)
+	for range l.opts.writers {
+		conn, err := pgx.Connect(ctx, l.dbURL)
+		if err != nil {
+			return run, err
+		}
+		wg.Go(func() {
+			defer conn.Close(context.Background())
+			var mine []time.Duration
+			for wctx.Err() == nil {
+				id := 1 + rand.IntN(l.opts.listings)
+				began := time.Now()
+				if _, err := conn.Exec(wctx, `UPDATE listings SET document = document WHERE id = $1`, id); err != nil {
+					if wctx.Err() == nil {
+						failed.Store(err)
+					}
+					break
+				}
+				mine = append(mine, time.Since(began))
+			}
+			mu.Lock()
+			latencies = append(latencies, mine...)
+			mu.Unlock()
+		})
+	}
+	began := time.Now()
+	watch := time.NewTicker(100 * time.Millisecond)
+	defer watch.Stop()
+	for wctx.Err() == nil {
+		select {
+		case <-wctx.Done():
+		case <-watch.C:
+			if triggers {
+				if err := run.observe(ctx, db); err != nil {
+					return run, err
+				}
+			}
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	if err, ok := failed.Load().(error); ok {
+		return run, fmt.Errorf("a writer failed: %w", err)
+	}
+	if triggers {
+		stopped := time.Now()
+		for {
+			rows, err := run.backlog(ctx, db)
+			if err != nil {
+				return run, err
+			}
+			if rows == 0 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		run.drain = time.Since(stopped)
+	}
+	slices.Sort(latencies)
+	run.writes = len(latencies)
+	run.throughput = float64(len(latencies)) / elapsed.Seconds()
+	if len(latencies) > 0 {
+		run.p50, run.p99 = latencies[len(latencies)/2], latencies[len(latencies)*99/100]
+	}
+	return run, nil
+}
+
+func (r *writeRun) backlog(ctx context.Context, db *pgx.Conn) (int64, error) {
+	var rows int64
+	err := db.QueryRow(ctx, `SELECT count(*) FROM listing_changes WHERE applied_at IS NULL`).Scan(&rows)
+	return rows, err
+}
+
+// observe records the peaks: the backlog and its age by the database's
+// clock (as gateway_feed_lag_seconds), and the table's size.
+func (r *writeRun) observe(ctx context.Context, db *pgx.Conn) error {
+	var rows, table, lagMillis int64
+	err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE applied_at IS NULL),
+			count(*),
+			COALESCE(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - min(changed_at) FILTER (WHERE applied_at IS NULL), 0)
+		FROM listing_changes`).Scan(&rows, &table, &lagMillis)
+	if err != nil {
+		return err
+	}
+	r.peakBacklog = max(r.peakBacklog, rows)
+	r.peakTable = max(r.peakTable, table)
+	r.peakLag = max(r.peakLag, time.Duration(lagMillis)*time.Millisecond)
+	return nil
+}
+
+// ownPuts times n PUTs through gateway s, one after another.
+func (l *lab) ownPuts(ctx context.Context, s *server, n int) ([]time.Duration, error) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	var out []time.Duration
+	for i := range n {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, fmt.Sprintf("http://%s/realty/%d", s.addr, 2+i%100),
+			strings.NewReader(fmt.Sprintf(`{"title":"put %d","categoryId":1,"location":{"cityId":34}}`, i)))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+l.token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("User-Agent", "bench")
+		began := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("PUT: %d", resp.StatusCode)
+		}
+		out = append(out, time.Since(began))
+	}
+	return out, nil
+}
+
+func feedReport(opts options, runs []writeRun, puts map[bool][]time.Duration) string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "## The change feed's cost to writers (%s)\n\n", time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(&w, "`go run ./deploy/bench -feed -reps %d -feed-duration %v -feed-writers %d`: %d listings in PostgreSQL, "+
+		"two gateways with the feed on; %d writers, each `UPDATE listings SET document = document WHERE id = <random>` "+
+		"in its own transaction, for %v with the triggers disabled and enabled in turn.\n\n",
+		opts.reps, opts.feedDuration, opts.writers, opts.listings, opts.writers, opts.feedDuration)
+	w.WriteString("| round | triggers | writes/s | p50 | p99 | peak lag | peak backlog | peak table rows | drain |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	var on, off []float64
+	var onP99, offP99 []time.Duration
+	for i, r := range runs {
+		trig, extra := "off", "| | | | |"
+		if r.triggers {
+			trig = "on"
+			extra = fmt.Sprintf("| %s | %d | %d | %s |", ms(r.peakLag), r.peakBacklog, r.peakTable, ms(r.drain))
+			on, onP99 = append(on, r.throughput), append(onP99, r.p99)
+		} else {
+			off, offP99 = append(off, r.throughput), append(offP99, r.p99)
+		}
+		fmt.Fprintf(&w, "| %d | %s | %.0f | %s | %s %s\n", i/2+1, trig, r.throughput, ms(r.p50), ms(r.p99), extra)
+	}
+	fmt.Fprintf(&w, "\nThroughput with the triggers on: **%.2f×** of off (medians %.0f and %.0f writes/s); p99 %s against %s.\n\n",
+		medianF(on)/medianF(off), medianF(on), medianF(off), ms(medianD(onP99)), ms(medianD(offP99)))
+	fmt.Fprintf(&w, "The gateway's own PUTs (%d each way, one at a time, through one gateway): p50 %s and p99 %s with the triggers on, "+
+		"p50 %s and p99 %s off.\n", len(puts[true]), ms(quantile(puts[true], 50)), ms(quantile(puts[true], 99)),
+		ms(quantile(puts[false], 50)), ms(quantile(puts[false], 99)))
+	return w.String()
+}
+
+func medianF(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func medianD(v []time.Duration) time.Duration { return quantile(v, 50) }
+
+func quantile(v []time.Duration, q int) time.Duration {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[min(len(s)*q/100, len(s)-1)]
+}

@@ -1,0 +1,547 @@
+package main
+
+// The change feed under faults: its consumer killed mid-batch or cut off
+// silently, PostgreSQL restarted, Redis restarted empty or from an older
+// snapshot, and a Redis Sentinel failover under load.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/realty-gateway/gateway/internal/gatewaytest"
+	"github.com/realty-gateway/gateway/internal/testenv"
+)
+
+// importNumbered imports n listings of firm 1, ids from first, numbers
+// from 1001, titled "v0".
+func importNumbered(t *testing.T, e environment, w world, first int64, n int) {
+	t.Helper()
+	entries := make([]string, n)
+	for i := range n {
+		entries[i] = fmt.Sprintf(`{"id":%d,"no":%d,"firmId":%d,"firmUserId":%d,"title":"v0","categoryId":1,"location":{"cityId":6}}`,
+			first+int64(i), 1001+i, w.firm, w.pwUser)
+	}
+	if got := admin(t, e, "["+strings.Join(entries, ",")+"]", "listing", "import", "-"); got["imported"] != float64(n) {
+		t.Fatalf("import printed %v", got)
+	}
+}
+
+// keyRevision is the revision of the record under a Redis key, 0 when the
+// key holds none.
+func keyRevision(t *testing.T, rdb redis.UniversalClient, key string) int64 {
+	t.Helper()
+	v, err := rdb.Get(context.Background(), key).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	f := strings.Fields(strings.SplitN(v, "\n", 2)[0])
+	rev, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil || f[0] != "v1" {
+		t.Fatalf("%s holds %.60q", key, v)
+	}
+	return rev
+}
+
+// requireRedisMatchesStore checks every key of every listing of the
+// database: a key that holds a record holds the database's revision.
+func requireRedisMatchesStore(t *testing.T, db *pgx.Conn, rdb redis.UniversalClient, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := db.Query(ctx, `SELECT id, firm_id, no, revision FROM listings`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct{ id, firm, no, revision int64 }
+	var all []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.id, &r.firm, &r.no, &r.revision); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, r := range all {
+		for _, key := range listingKeys(prefix, r.id, r.firm, r.no) {
+			if got := keyRevision(t, rdb, key); got != 0 {
+				checked++
+				if got != r.revision {
+					t.Errorf("%s holds revision %d; the database has %d", key, got, r.revision)
+				}
+			}
+		}
+	}
+	t.Logf("%d keys of %d listings hold the database's revision", checked, len(all))
+}
+
+func unapplied(t *testing.T, db *pgx.Conn) int64 {
+	t.Helper()
+	var n int64
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM listing_changes WHERE applied_at IS NULL`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// logTime is when a gateway wrote its first log line with msg.
+func logTime(t *testing.T, p *process, msg string) (time.Time, bool) {
+	t.Helper()
+	sc := bufio.NewScanner(strings.NewReader(p.Logs()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == msg {
+			return line.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	began := time.Now()
+	for !cond() {
+		if time.Since(began) > d {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(began)
+}
+
+func (p *process) feedStats() (gatewaytest.Stats, bool) {
+	s, err := p.ReadStats()
+	return s, err == nil
+}
+
+// TestEndToEndFeedConsumerKilledMidBatch: 1,000 changes wait while the
+// consumer's Redis is slow; the consumer is killed with SIGKILL after its
+// first batch; the other gateway takes over within 5 s, the backlog drains
+// to 0, and every Redis key holds the database's revision.
+func TestEndToEndFeedConsumerKilledMidBatch(t *testing.T) {
+	pgURL := testenv.PostgresURL(t)
+	e, prefix := postgresEnv(t, pgURL, testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	importNumbered(t, e, w, 5001, 1000)
+	db, err := pgx.Connect(context.Background(), pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	slow := gatewaytest.NewProxy(t, testenv.RedisAddr(t))
+	eA := maps.Clone(e)
+	eA["GATEWAY_REDIS_URL"] = "redis://" + slow.Addr() + "/0"
+	eA["GATEWAY_REDIS_TIMEOUT"] = "2s" // slow, not failing
+	a := start(t, eA)
+	waitFor(t, 5*time.Second, "gateway A consumes", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Consumer })
+	b := start(t, maps.Clone(e))
+	waitFor(t, 10*time.Second, "the import applied", func() bool { return unapplied(t, db) == 0 })
+
+	slow.SetLatency(300 * time.Millisecond)
+	if _, err := db.Exec(context.Background(), `UPDATE listings SET document = replace(document, '"title":"v0"', '"title":"v1"')
+		WHERE id BETWEEN 5001 AND 6000`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "A applied its first batch", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Applied >= 1000+500 })
+	if err := a.Signal(os.Kill); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	left := unapplied(t, db)
+	if left == 0 {
+		t.Fatal("A finished before it was killed; nothing for B to take over")
+	}
+	took := waitFor(t, 5*time.Second, "B takes over", func() bool { s, ok := b.feedStats(); return ok && s.Feed.Consumer })
+	drained := waitFor(t, 20*time.Second, "the backlog drains", func() bool { return unapplied(t, db) == 0 })
+	t.Logf("A killed with %d changes unapplied; B took over in %v and drained them %v later", left, took, drained)
+	_ = time.Since(killed)
+
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer rdb.Close()
+	requireRedisMatchesStore(t, db, rdb, prefix)
+}
+
+// TestEndToEndFeedSilentPartition: the consumer's connections to
+// PostgreSQL stop passing bytes without closing. Another gateway takes
+// over within 30 s, and only after the first stopped applying.
+func TestEndToEndFeedSilentPartition(t *testing.T) {
+	pgURL := testenv.PostgresURL(t)
+	e, _ := postgresEnv(t, pgURL, testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	db, err := pgx.Connect(context.Background(), pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	frozen := gatewaytest.NewProxy(t, "127.0.0.1:5432")
+	t.Cleanup(frozen.Thaw)
+	eA := maps.Clone(e)
+	eA["GATEWAY_STORE_URL"] = strings.Replace(pgURL, "127.0.0.1:5432", frozen.Addr(), 1)
+	a := start(t, eA)
+	waitFor(t, 5*time.Second, "gateway A consumes", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Consumer })
+	b := start(t, maps.Clone(e))
+	tok := b.token(t, w.otpLogin())
+	if got := titleOf(t, b.view(t, "/realty/1001", tok)); got != "Sea view" {
+		t.Fatalf("title %q", got)
+	}
+
+	frozen.Freeze()
+	frozenAt := time.Now()
+	if _, err := db.Exec(context.Background(), `UPDATE listings SET document = replace(document, '"title":"Sea view"', '"title":"Changed in the partition"') WHERE id = 1001`); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFor(t, 30*time.Second, "B takes over", func() bool { s, ok := b.feedStats(); return ok && s.Feed.Consumer })
+	waitFor(t, 2*time.Second, "B applies the change", func() bool { return titleOf(t, b.view(t, "/realty/1001", tok)) == "Changed in the partition" })
+	stopped, okA := logTime(t, a, "change feed consumer stopped")
+	started, okB := logTime(t, b, "change feed consumer started")
+	if !okA || !okB || !stopped.Before(started) {
+		t.Fatalf("A stopped at %v (%v), B started at %v (%v); want A to stop first", stopped, okA, started, okB)
+	}
+	if s, ok := a.feedStats(); !ok || s.Feed.Consumer {
+		t.Fatalf("A still says it consumes: %+v", s.Feed)
+	}
+	t.Logf("B took over %v after the freeze; A stopped applying %v after it, %v before B started",
+		took, stopped.Sub(frozenAt), started.Sub(stopped))
+}
+
+// TestEndToEndFeedPostgresRestart: PostgreSQL restarted (pg_ctl restart -m
+// fast) while gateways read and another writer writes; the feed resumes
+// and leaves no stale key.
+func TestEndToEndFeedPostgresRestart(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	e, prefix := postgresEnv(t, pg.URL, testenv.RedisAddr(t))
+	w := newWorld(t, e)
+	importNumbered(t, e, w, 5001, 50)
+	gws := []*process{start(t, maps.Clone(e)), start(t, maps.Clone(e))}
+	tok := gws[0].token(t, w.otpLogin())
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var writes, writeErrs atomic.Int64
+	wg.Go(func() { // the listing application, reconnecting when the server went away
+		var db *pgx.Conn
+		defer func() {
+			if db != nil {
+				db.Close(context.Background())
+			}
+		}()
+		for v := 1; ctx.Err() == nil; v++ {
+			if db == nil {
+				c, err := pgx.Connect(ctx, pg.URL)
+				if err != nil {
+					writeErrs.Add(1)
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				db = c
+			}
+			id := 5001 + rand.IntN(50)
+			_, err := db.Exec(ctx, `UPDATE listings SET document = regexp_replace(document, '"title":"[^"]*"', $1) WHERE id = $2`,
+				fmt.Sprintf(`"title":"w%d"`, v), id)
+			if err != nil {
+				writeErrs.Add(1)
+				db.Close(context.Background())
+				db = nil
+				continue
+			}
+			writes.Add(1)
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	for _, p := range gws {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/realty/%d", p.Base, 5001+rand.IntN(50)), nil)
+				req.Header.Set("Authorization", "Bearer "+tok)
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	pg.Restart()
+	restarted := writes.Load()
+	time.Sleep(2 * time.Second)
+	stop()
+	wg.Wait()
+	if writes.Load() <= restarted {
+		t.Fatalf("no write after the restart (%d before it, %d errors)", restarted, writeErrs.Load())
+	}
+	db, err := pgx.Connect(context.Background(), pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	waitFor(t, 10*time.Second, "the feed catches up", func() bool { return unapplied(t, db) == 0 })
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer rdb.Close()
+	requireRedisMatchesStore(t, db, rdb, prefix)
+	for _, p := range gws {
+		if s := p.Stats(t); !s.Cache.RedisTrusted {
+			t.Fatalf("%s does not trust Redis again", p.Base)
+		}
+	}
+	t.Logf("%d writes (%d failed around the restart)", writes.Load(), writeErrs.Load())
+}
+
+// TestEndToEndFeedRedisRestarts: Redis comes back empty, and Redis comes
+// back from a snapshot older than writes that returned (through a gateway,
+// and in SQL): no answer is older than those writes.
+func TestEndToEndFeedRedisRestarts(t *testing.T) {
+	for _, snapshot := range []bool{false, true} {
+		name := "empty"
+		if snapshot {
+			name = "older snapshot"
+		}
+		t.Run(name, func(t *testing.T) {
+			node := testenv.StartRedis(t, "redis", "--dbfilename", "dump.rdb")
+			pgURL := testenv.PostgresURL(t)
+			e, _ := postgresEnv(t, pgURL, node.Addr)
+			w := newWorld(t, e)
+			db, err := pgx.Connect(context.Background(), pgURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close(context.Background())
+			gws := []*process{start(t, maps.Clone(e)), start(t, maps.Clone(e))}
+			tok := gws[0].token(t, w.passwordLogin())
+			paths := []string{"/realty/1001", fmt.Sprintf("/realty/%d-7", w.firm)}
+			var thirdNo int64
+			if err := db.QueryRow(context.Background(), `SELECT no FROM listings WHERE document LIKE '%"title":"Third"%'`).Scan(&thirdNo); err != nil {
+				t.Fatal(err)
+			}
+			third := fmt.Sprintf("/realty/%d-%d", w.firm, thirdNo) // "Third", written in SQL
+			for _, p := range gws {
+				for _, path := range append(paths, third) {
+					p.view(t, path, tok)
+				}
+			}
+			rdb := redis.NewClient(&redis.Options{Addr: node.Addr, MaxRetries: -1})
+			defer rdb.Close()
+			waitFor(t, 5*time.Second, "the import applied", func() bool { return unapplied(t, db) == 0 })
+			if snapshot {
+				if err := rdb.Save(context.Background()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				b, err := os.ReadFile(filepath.Join(node.Dir, "dump.rdb"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(node.Dir, "old.rdb"), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put(t, gws[0], paths[0], tok, 2)
+			if _, err := db.Exec(context.Background(), `UPDATE listings SET document = replace(document, '"title":"Third"', '"title":"Third, v2"') WHERE no = $1`, thirdNo); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, "the SQL write applied", func() bool { return unapplied(t, db) == 0 })
+			for _, p := range gws { // both hold the new versions, in Redis and locally
+				if titleOf(t, p.view(t, paths[1], tok)) != "v2" || titleOf(t, p.view(t, third, tok)) != "Third, v2" {
+					t.Fatal("new versions not served before the restart")
+				}
+			}
+
+			node.Kill()
+			if snapshot {
+				b, err := os.ReadFile(filepath.Join(node.Dir, "old.rdb"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(node.Dir, "dump.rdb"), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			node.Restart()
+			if n, err := rdb.DBSize(context.Background()).Result(); err != nil || (n == 0) == snapshot {
+				t.Fatalf("Redis after the restart holds %d keys (%v); snapshot %v", n, err, snapshot)
+			}
+			// Read without a pause from the moment Redis is back.
+			until := time.Now().Add(3 * time.Second)
+			reads := 0
+			for time.Now().Before(until) {
+				for _, p := range gws {
+					for _, path := range paths {
+						if got := titleOf(t, p.view(t, path, tok)); got != "v2" {
+							t.Fatalf("%s on %s after the restart: %q; want v2", path, p.Base, got)
+						}
+					}
+					if got := titleOf(t, p.view(t, third, tok)); got != "Third, v2" {
+						t.Fatalf("%s on %s after the restart: %q; want Third, v2", third, p.Base, got)
+					}
+					reads += 3
+				}
+			}
+			waitFor(t, 10*time.Second, "the replay applied", func() bool { return unapplied(t, db) == 0 })
+			requireRedisMatchesStore(t, db, rdb, e["GATEWAY_REDIS_PREFIX"])
+			var replayed uint64
+			for _, p := range gws {
+				replayed += p.Stats(t).Feed.Replayed
+			}
+			t.Logf("%d reads after the restart, none old; %d changes replayed", reads, replayed)
+			if snapshot && replayed == 0 {
+				t.Fatal("an older snapshot came back and nothing was replayed")
+			}
+		})
+	}
+}
+
+// TestEndToEndFeedSentinelFailover: a primary, a replica and three
+// sentinels; two gateways in sentinel mode; readers on both gateways and a
+// writer on each (each writer its own listing, every 50 ms); the primary
+// is killed with SIGKILL. No read returns a version older than the last
+// write that returned before it was sent, and no write is lost; 10 runs.
+func TestEndToEndFeedSentinelFailover(t *testing.T) {
+	const runs = 10
+	var stale, reads, writes, failedReads, failedWrites atomic.Int64
+	for run := range runs {
+		t.Run(fmt.Sprint(run), func(t *testing.T) {
+			s := testenv.RedisSentinels(t, 3)
+			pgURL := testenv.PostgresURL(t)
+			e, _ := postgresEnv(t, pgURL, testenv.RedisAddr(t))
+			e["GATEWAY_REDIS_MODE"] = "sentinel"
+			e["GATEWAY_REDIS_URL"] = fmt.Sprintf("redis://%s?master_name=%s&addr=%s&addr=%s", s.Addrs[0], s.MasterName, s.Addrs[1], s.Addrs[2])
+			w := newWorld(t, e)
+			importNumbered(t, e, w, 5001, 2)
+			gws := []*process{start(t, maps.Clone(e)), start(t, maps.Clone(e))}
+			tok := gws[0].token(t, w.passwordLogin())
+			for _, p := range gws {
+				testenv.WaitFor(t, func() bool { st, ok := p.feedStats(); return ok && st.Cache.RedisTrusted })
+			}
+
+			type event struct {
+				at      time.Time
+				version int
+			}
+			var mu sync.Mutex
+			returned := map[int64][]event{} // by listing: writes that returned
+			ctx, stop := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for i, p := range gws {
+				id := int64(5001 + i)
+				wg.Go(func() {
+					for v := 1; ctx.Err() == nil; v++ {
+						r, err := send(p, http.MethodPut, fmt.Sprintf("/realty/%d", id), tok,
+							fmt.Sprintf(`{"title":"v%d","categoryId":1,"location":{"cityId":6}}`, v))
+						if err != nil || r.status != http.StatusOK {
+							failedWrites.Add(1)
+							t.Errorf("PUT v%d of %d: %v %d %s", v, id, err, r.status, r.body)
+							return
+						}
+						mu.Lock()
+						returned[id] = append(returned[id], event{time.Now(), v})
+						mu.Unlock()
+						writes.Add(1)
+						time.Sleep(50 * time.Millisecond)
+					}
+				})
+			}
+			for _, p := range gws {
+				for range 4 {
+					wg.Go(func() {
+						for ctx.Err() == nil {
+							id := int64(5001 + rand.IntN(2))
+							path := fmt.Sprintf("/realty/%d", id)
+							if rand.IntN(2) == 0 {
+								path = fmt.Sprintf("/realty/%d-%d", w.firm, 1001+id-5001)
+							}
+							sent := time.Now()
+							mu.Lock()
+							want := 0
+							for _, ev := range returned[id] {
+								if ev.at.Before(sent) {
+									want = max(want, ev.version)
+								}
+							}
+							mu.Unlock()
+							r, err := send(p, http.MethodGet, path, tok, "")
+							if err != nil || r.status != http.StatusOK {
+								failedReads.Add(1)
+								continue
+							}
+							reads.Add(1)
+							var l struct{ Title string }
+							_ = json.Unmarshal(r.body, &l)
+							got, _ := strconv.Atoi(strings.TrimPrefix(l.Title, "v"))
+							if got < want {
+								stale.Add(1)
+								t.Errorf("%s on %s sent %s: v%d (%s), after v%d returned",
+									path, p.Base, sent.Format("15:04:05.000"), got, r.header.Get("X-Cache"), want)
+							}
+						}
+					})
+				}
+			}
+			time.Sleep(1500 * time.Millisecond)
+			s.MasterNode.Kill()
+			sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+			defer sc.Close()
+			waitFor(t, 20*time.Second, "the replica is promoted", func() bool {
+				addr, err := sc.GetMasterAddrByName(context.Background(), s.MasterName).Result()
+				return err == nil && addr[0]+":"+addr[1] == s.Replica
+			})
+			time.Sleep(3 * time.Second)
+			stop()
+			wg.Wait()
+			for id, evs := range returned { // no write lost
+				if len(evs) == 0 {
+					continue
+				}
+				last := evs[len(evs)-1].version
+				if got := titleOf(t, gws[1].view(t, fmt.Sprintf("/realty/%d", id), tok)); got != fmt.Sprintf("v%d", last) {
+					t.Fatalf("listing %d reads %q after the run; the last write that returned was v%d", id, got, last)
+				}
+			}
+		})
+	}
+	t.Logf("%d runs: %d reads (%d failed), %d writes (%d failed), %d older than a returned write",
+		runs, reads.Load(), failedReads.Load(), writes.Load(), failedWrites.Load(), stale.Load())
+}
+
+// send makes one request without failing the test from a goroutine.
+func send(p *process, method, path, tok, body string) (response, error) {
+	req, err := http.NewRequest(method, p.Base+path, strings.NewReader(body))
+	if err != nil {
+		return response{}, err
+	}
+	req.Header.Set("User-Agent", "e2e-test")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, err
+}
