@@ -325,6 +325,9 @@ func TestEndToEndFeedRedisRestarts(t *testing.T) {
 			node := testenv.StartRedis(t, "redis", "--dbfilename", "dump.rdb")
 			pgURL := testenv.PostgresURL(t)
 			e, _ := postgresEnv(t, pgURL, node.Addr)
+			// A consumer that takes its time to notice the new Redis: reads
+			// must not meet the old snapshot meanwhile.
+			e["GATEWAY_FEED_POLL"] = "1s"
 			w := newWorld(t, e)
 			db, err := pgx.Connect(context.Background(), pgURL)
 			if err != nil {

@@ -417,3 +417,45 @@ func TestEndToEndRedisClientLogsJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestEndToEndFeedOwnWritesNotRepeated: the gateway's own writes settle
+// their records, so the feed's consumer neither announces nor purges them
+// a second time.
+func TestEndToEndFeedOwnWritesNotRepeated(t *testing.T) {
+	cdn := newPurgeLog(t)
+	fw := newFeedWorld(t, 2, environment{
+		"GATEWAY_CDN_MODE": "true", "GATEWAY_CDN_PURGE_URL": cdn.url, "GATEWAY_CDN_PURGE_FORMAT": "varnish-xkey",
+		"GATEWAY_CDN_REPURGE_AFTER": "1h",
+	})
+	consumer, writer := fw.gws[0], fw.gws[1]
+	tok := writer.token(t, fw.passwordLogin())
+	within(t, 5*time.Second, "the import applied", func() bool {
+		var n int
+		_ = fw.db.QueryRow(context.Background(), `SELECT count(*) FROM listing_changes WHERE done_at IS NULL`).Scan(&n)
+		return n == 0
+	})
+	applied := consumer.Stats(t).Feed.Applied
+	cdn.mu.Lock()
+	cdn.got = nil
+	cdn.mu.Unlock()
+	const writes = 20
+	for v := range writes {
+		put(t, writer, "/realty/1001", tok, v+1)
+	}
+	time.Sleep(time.Second) // settle + several polls
+	var undone int
+	if err := fw.db.QueryRow(context.Background(), `SELECT count(*) FROM listing_changes WHERE done_at IS NULL`).Scan(&undone); err != nil {
+		t.Fatal(err)
+	}
+	if undone != 0 {
+		t.Fatalf("%d of the gateway's own changes not done", undone)
+	}
+	if got := consumer.Stats(t).Feed.Applied - applied; got != 0 {
+		t.Fatalf("the consumer applied %d of the gateway's own changes again", got)
+	}
+	cdn.mu.Lock()
+	defer cdn.mu.Unlock()
+	if len(cdn.got) != writes {
+		t.Fatalf("the CDN got %d purges for %d writes: %q", len(cdn.got), writes, cdn.got)
+	}
+}

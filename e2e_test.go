@@ -438,6 +438,9 @@ func TestEndToEndOneStoreCallForConcurrentMisses(t *testing.T) {
 	coldCache(t, prefix)
 	p := start(t, e)
 	tok := p.token(t, w.otpLogin())
+	// Until the change feed has vouched for Redis, a read never joins a
+	// load under way (see cache/trust.go); this is about the steady state.
+	testenv.WaitFor(t, func() bool { s, err := p.ReadStats(); return err == nil && s.Cache.RedisTrusted })
 	before := p.Stats(t).Cache.StoreLoads
 
 	var wg sync.WaitGroup

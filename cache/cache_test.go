@@ -217,7 +217,7 @@ func TestConcurrentMissesMakeOneStoreCall(t *testing.T) {
 				}
 			}
 			if n := src.calls.Load(); n != 1 {
-				t.Fatalf("store calls = %d, want 1", n)
+				t.Fatalf("store calls = %d, want 1; %+v", n, c.Stats())
 			}
 		})
 	}

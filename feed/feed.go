@@ -198,10 +198,13 @@ func (c *Consumer) Run(ctx context.Context) {
 		actx, cancel := context.WithTimeout(ctx, acquireTimeout)
 		sess, err := c.deps.Store.Acquire(actx, c.deps.Holder)
 		cancel()
+		wait := acquireEvery
 		switch {
 		case err == nil:
 			notified = false
-			c.hold(ctx, sess)
+			if errors.Is(c.hold(ctx, sess), errRedisGone) {
+				wait = redisGiveUp // a gateway that reaches Redis may take the feed meanwhile
+			}
 		case errors.Is(err, upstream.ErrNotConsumer), ctx.Err() != nil:
 		case !notified:
 			notified = true
@@ -212,13 +215,13 @@ func (c *Consumer) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(acquireEvery):
+		case <-time.After(wait):
 		}
 	}
 }
 
-// hold consumes while sess stands, then gives it up.
-func (c *Consumer) hold(ctx context.Context, sess upstream.FeedSession) {
+// hold consumes while sess stands, then gives it up, and returns why.
+func (c *Consumer) hold(ctx context.Context, sess upstream.FeedSession) error {
 	c.consumer.Store(true)
 	c.log.Info("change feed consumer started", "holder", c.deps.Holder)
 	err := c.consume(ctx, sess)
@@ -230,6 +233,7 @@ func (c *Consumer) hold(ctx context.Context, sess upstream.FeedSession) {
 		err = nil
 	}
 	c.log.Info("change feed consumer stopped", "holder", c.deps.Holder, "err", errors.Join(err, closeErr))
+	return err
 }
 
 // session wraps the consumer's hold: every call bounded by the lease that
@@ -279,7 +283,7 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 			case redisDownSince.IsZero():
 				redisDownSince = now
 			case now.Sub(redisDownSince) > redisGiveUp:
-				return fmt.Errorf("redis unreachable for %v: %w", redisGiveUp, err)
+				return fmt.Errorf("%w: %w", errRedisGone, err)
 			}
 		}
 		w.collectPurged(ctx)
@@ -327,8 +331,12 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 	return ctx.Err()
 }
 
-// errStore marks a failure of the store's side in adopt.
-var errStore = errors.New("feed store")
+var (
+	// errStore marks a failure of the store's side in adopt.
+	errStore = errors.New("feed store")
+	// errRedisGone ends a hold whose Redis has not answered for redisGiveUp.
+	errRedisGone = fmt.Errorf("redis unreachable for %v", redisGiveUp)
+)
 
 // adopt makes the feed's marks refer to the Redis that answers now,
 // replaying the retention window to a Redis that is new and not empty.

@@ -25,7 +25,7 @@ import (
 //	go run ./deploy/bench -feed -feed-duration 5s -reps 1
 
 // feedTriggers are the triggers that the feed adds to listings.
-var feedTriggers = []string{"listings_change", "listings_revision"}
+var feedTriggers = []string{"listings_change_feed"}
 
 type writeRun struct {
 	triggers   bool

@@ -244,3 +244,72 @@ func TestOpenNewerSchema(t *testing.T) {
 		t.Fatalf("Open error = %v; want it to say the schema is newer", err)
 	}
 }
+
+// TestFeedTriggerForAnyWriter: the listing application's role, granted its
+// rights on listings and nothing of the feed's, writes with an empty
+// search_path, and its writes are recorded: the trigger runs as its owner
+// and names every table, function and operator by its schema.
+func TestFeedTriggerForAnyWriter(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.PostgresURL(t)
+	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
+	s = storetest.Opened(t, s, err)
+	firm, err := s.AddFirm(ctx, "Firm A", []byte("digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "a@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.ImportListings(ctx, []upstream.Listing{{Title: "Flat", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := connect(t, url)
+	role := testenv.RandomName("listing_app_")
+	for _, stmt := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT USAGE ON SCHEMA public TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON listings TO " + role,
+	} {
+		if _, err := owner.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = owner.Exec(context.Background(), "REVOKE ALL ON listings FROM "+role)
+		_, _ = owner.Exec(context.Background(), "REVOKE ALL ON SCHEMA public FROM "+role)
+		_, _ = owner.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User = role
+	app, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close(ctx)
+	for _, stmt := range []string{
+		`SET search_path = ''`,
+		`UPDATE public.listings SET document = replace(document, '"title":"Flat"', '"title":"By the app"') WHERE id = ` + fmt.Sprint(stored[0].ID),
+		`DELETE FROM public.listings WHERE id = ` + fmt.Sprint(stored[0].ID),
+	} {
+		if _, err := app.Exec(ctx, stmt); err != nil {
+			t.Fatalf("as %s: %s: %v", role, stmt, err)
+		}
+	}
+	p, err := s.Position(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := s.Unapplied(ctx, p.LastSeq, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 3 || cs[1].Revision != 2 || !cs[2].Deleted || cs[2].Revision != 3 {
+		t.Fatalf("changes %+v; want the import, the app's update (revision 2) and its delete (3)", cs)
+	}
+}
