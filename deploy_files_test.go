@@ -7,10 +7,12 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -70,15 +72,23 @@ func at(v any, path ...any) any {
 	return v
 }
 
-// pinnedImage is an image tag with at least major.minor: "redis:7" floats.
-var pinnedImage = regexp.MustCompile(`^[a-z0-9./-]+:[0-9]+\.[0-9]+[0-9A-Za-z.-]*$`)
+// pinnedImage is an image tag with at least major.minor ("v" allowed, as
+// prom/prometheus tags): "redis:7" floats.
+var pinnedImage = regexp.MustCompile(`^[a-z0-9./-]+:v?[0-9]+\.[0-9]+[0-9A-Za-z.-]*$`)
 
 func TestComposeFile(t *testing.T) {
 	known := knownVariables()
 	compose := readYAMLDocs(t, "docker-compose.yml")[0]
 	services, _ := compose["services"].(map[string]any)
-	if len(services) != 3 {
-		t.Fatalf("services %v", services)
+	byProfile := map[string][]string{}
+	for name, svc := range services {
+		profile := strings.Join(asStrings(at(svc, "profiles")), ",")
+		byProfile[profile] = append(byProfile[profile], name)
+	}
+	for profile, want := range map[string][]string{"": {"gateway", "postgres", "redis"}, "observability": {"grafana", "prometheus"}} {
+		if got := slices.Sorted(slices.Values(byProfile[profile])); !slices.Equal(got, want) {
+			t.Errorf("services of profile %q: %v, want %v", profile, got, want)
+		}
 	}
 	for name, svc := range services {
 		if at(svc, "healthcheck", "test") == nil {
@@ -109,6 +119,117 @@ func TestComposeFile(t *testing.T) {
 	}
 	if b, err := os.ReadFile(".env.example"); err != nil || regexp.MustCompile(`(?m)^[A-Z_]+=.+$`).Match(b) {
 		t.Errorf(".env.example missing or holding a value: %v", err)
+	}
+}
+
+// TestComposeObservabilityProfile: the profile's Prometheus scrapes the
+// gateway's admin port over the Compose network, which no host port
+// publishes; it loads alerts.yaml; Grafana is provisioned with that
+// Prometheus and the dashboard; every file mounted exists; the two UIs
+// listen on the loopback only.
+func TestComposeObservabilityProfile(t *testing.T) {
+	compose := readYAMLDocs(t, "docker-compose.yml")[0]
+	services, _ := compose["services"].(map[string]any)
+	gw, prom, grafana := services["gateway"], services["prometheus"], services["grafana"]
+
+	_, adminPort, err := net.SplitHostPort(at(gw, "environment", "GATEWAY_ADMIN_ADDR").(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, svc := range services {
+		for _, p := range asList(at(svc, "ports")) {
+			parts := strings.Split(fmt.Sprint(p), ":")
+			if name == "gateway" && parts[len(parts)-1] == adminPort {
+				t.Errorf("the gateway's admin port %s is published: %v", adminPort, p)
+			}
+			if (name == "prometheus" || name == "grafana") && (len(parts) != 3 || parts[0] != "127.0.0.1") {
+				t.Errorf("service %s publishes %v beyond the loopback", name, p)
+			}
+		}
+	}
+
+	// mounts maps each container path of a service's bind mounts to the
+	// file it mounts, which must exist.
+	mounts := func(name string, svc any) map[string]string {
+		out := map[string]string{}
+		for _, v := range asStrings(at(svc, "volumes")) {
+			parts := strings.Split(v, ":")
+			if !strings.HasPrefix(parts[0], "./") {
+				continue // a named volume
+			}
+			if _, err := os.Stat(parts[0]); err != nil {
+				t.Errorf("service %s mounts %s: %v", name, parts[0], err)
+			}
+			out[parts[1]] = parts[0]
+		}
+		return out
+	}
+
+	promMounts := mounts("prometheus", prom)
+	configPath := ""
+	for _, arg := range asStrings(at(prom, "command")) {
+		if v, ok := strings.CutPrefix(arg, "--config.file="); ok {
+			configPath = v
+		}
+	}
+	configFile := promMounts[configPath]
+	if configFile != "./deploy/observability/prometheus.yml" {
+		t.Fatalf("Prometheus reads %q, mounted from %q; want deploy/observability/prometheus.yml", configPath, configFile)
+	}
+	promConfig := readYAMLDocs(t, configFile)[0]
+	for _, rules := range asStrings(at(promConfig, "rule_files")) {
+		if promMounts[path.Join(path.Dir(configPath), rules)] != "./deploy/observability/alerts.yaml" {
+			t.Errorf("Prometheus loads rules %s, which is not deploy/observability/alerts.yaml", rules)
+		}
+	}
+	if len(asStrings(at(promConfig, "rule_files"))) == 0 {
+		t.Error("Prometheus loads no rules")
+	}
+	job := at(promConfig, "scrape_configs", 0)
+	sd := at(job, "dns_sd_configs", 0)
+	if !slices.Contains(asStrings(at(sd, "names")), "gateway") || strconv.Itoa(at(sd, "port").(int)) != adminPort {
+		t.Errorf("Prometheus scrapes %v port %v, want the gateway service's admin port %s", at(sd, "names"), at(sd, "port"), adminPort)
+	}
+	rules, err := os.ReadFile("deploy/observability/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name := at(job, "job_name"); !bytes.Contains(rules, []byte(fmt.Sprintf(`job="%s"`, name))) {
+		t.Errorf("Prometheus's job %v is not the job the rules select", name)
+	}
+
+	grafanaMounts := mounts("grafana", grafana)
+	var datasources, providers string
+	for target, file := range grafanaMounts {
+		switch {
+		case strings.HasPrefix(target, "/etc/grafana/provisioning/datasources/"):
+			datasources = file
+		case strings.HasPrefix(target, "/etc/grafana/provisioning/dashboards/"):
+			providers = file
+		}
+	}
+	if datasources == "" || providers == "" {
+		t.Fatalf("Grafana is not provisioned with a datasource and dashboards: %v", grafanaMounts)
+	}
+	ds := at(readYAMLDocs(t, datasources)[0], "datasources", 0)
+	if at(ds, "type") != "prometheus" || at(ds, "url") != "http://prometheus:9090" {
+		t.Errorf("Grafana's datasource %v is not the profile's Prometheus", ds)
+	}
+	dir := at(readYAMLDocs(t, providers)[0], "providers", 0, "options", "path").(string)
+	found := false
+	for target, file := range grafanaMounts {
+		if path.Dir(target) == dir && file == "./deploy/observability/dashboard.json" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no dashboard.json mounted in %s, where Grafana's provider reads dashboards", dir)
+	}
+	if home, _ := at(grafana, "environment", "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH").(string); grafanaMounts[home] != "./deploy/observability/dashboard.json" {
+		t.Errorf("Grafana's home dashboard %q is not the mounted dashboard.json", home)
+	}
+	if at(grafana, "depends_on", "prometheus", "condition") != "service_healthy" {
+		t.Error("Grafana does not wait for Prometheus")
 	}
 }
 

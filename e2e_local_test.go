@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -173,7 +174,8 @@ func TestEndToEndLocalTierRedisUnreachable(t *testing.T) {
 	tierOn := func(p *process, want bool) func() bool {
 		return func() bool {
 			s, err := p.ReadStats()
-			return err == nil && s.Cache.LocalTierOn == want
+			gauge, _ := p.metric(t, "gateway_cache_local_tier_on")
+			return err == nil && s.Cache.LocalTierOn == want && (gauge == 1) == want
 		}
 	}
 	testenv.WaitFor(t, tierOn(reader, true))
@@ -189,11 +191,15 @@ func TestEndToEndLocalTierRedisUnreachable(t *testing.T) {
 		t.Fatalf("the reader's second read was not a local hit (%v)", err)
 	}
 
+	errorsBefore, _ := reader.metric(t, "gateway_cache_redis_errors_total")
 	proxy.Stop()
 	testenv.WaitFor(t, tierOn(reader, false))
 	put(t, writer, path, writeTok, 1)
 	if got := titleOf(t, reader.view(t, path, readTok)); got != "v1" {
 		t.Fatalf("read on the replica cut off Redis after a write returned: %q, want v1", got)
+	}
+	if errorsAfter, _ := reader.metric(t, "gateway_cache_redis_errors_total"); errorsAfter <= errorsBefore {
+		t.Errorf("gateway_cache_redis_errors_total %v after a read without Redis, was %v", errorsAfter, errorsBefore)
 	}
 	if err := proxy.Restart(); err != nil {
 		t.Fatal(err)
@@ -297,11 +303,34 @@ func TestEndToEndCachePurgeCommand(t *testing.T) {
 	}
 }
 
+// metric reads one series' value from p's /metrics, by its exact name and
+// labels as exposed (`name` or `name{a="b"}`); false when it is absent.
+func (p *process) metric(t *testing.T, series string) (float64, bool) {
+	t.Helper()
+	resp, err := http.Get(p.AdminBase + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
 // TestEndToEndMetrics reads /metrics after traffic: the request, cache,
 // login, store and breaker series are there, with bounded labels.
 func TestEndToEndMetrics(t *testing.T) {
-	ps, w, _, readTok, paths := replicas(t, 1)
+	ps, w, writeTok, readTok, paths := replicas(t, 1)
 	p := ps[0]
+	put(t, p, paths[0], writeTok, 1)
 	for range 3 {
 		for _, path := range paths {
 			p.view(t, path, readTok)
@@ -333,12 +362,21 @@ func TestEndToEndMetrics(t *testing.T) {
 		`gateway_breaker_state{breaker="limiter"} 0`,
 		`gateway_singleflight_shared_total`,
 		`gateway_redis_pool_total_conns{pool="redis"}`,
+		`gateway_ready 1`,
+		`gateway_cache_local_tier_on 1`,
+		`gateway_cache_local_budget_bytes 6.7108864e+07`, // the default 64 MiB
+		`gateway_cache_redis_errors_total`,
+		`gateway_cache_announcements_total`,
+		`gateway_cache_announcements_unacknowledged_total`,
 		`go_goroutines`,
 		`process_resident_memory_bytes`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+	if n, _ := p.metric(t, "gateway_cache_announcements_total"); n < 1 { // the write's, and the feed's if it applied one
+		t.Errorf("gateway_cache_announcements_total %v after a write, want 1 or more", n)
 	}
 	for _, raw := range []string{"/realty/1001", "/realty/424242", "acme.example", w.key, "BREW"} {
 		if strings.Contains(text, raw) {

@@ -548,8 +548,15 @@ func TestEndToEndReadyzFlips(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if got := ready(); got != http.StatusNoContent {
-		t.Fatalf("/readyz with everything up: %d", got)
+	readyGauge := func() float64 {
+		v, ok := p.metric(t, "gateway_ready")
+		if !ok {
+			t.Fatal("/metrics has no gateway_ready")
+		}
+		return v
+	}
+	if got, gauge := ready(), readyGauge(); got != http.StatusNoContent || gauge != 1 {
+		t.Fatalf("/readyz with everything up: %d, gateway_ready %v", got, gauge)
 	}
 
 	pgProxy.Stop()
@@ -564,8 +571,8 @@ func TestEndToEndReadyzFlips(t *testing.T) {
 		t.Fatalf("/readyz with the store and Redis down: %d, want 503", got)
 	}
 	time.Sleep(1500 * time.Millisecond) // the breaker turns half-open on its own
-	if got := ready(); got != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz past the breaker's open period, no traffic: %d, want 503", got)
+	if got, gauge := ready(), readyGauge(); got != http.StatusServiceUnavailable || gauge != 0 {
+		t.Fatalf("/readyz past the breaker's open period, no traffic: %d, want 503; gateway_ready %v, want 0", got, gauge)
 	}
 
 	if err := pgProxy.Restart(); err != nil {
@@ -574,7 +581,7 @@ func TestEndToEndReadyzFlips(t *testing.T) {
 	if err := redisProxy.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, func() bool { return ready() == http.StatusNoContent })
+	testenv.WaitFor(t, func() bool { return ready() == http.StatusNoContent && readyGauge() == 1 })
 }
 
 func TestEndToEndReadsWhileRedisIsStopped(t *testing.T) {

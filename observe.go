@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -14,8 +16,16 @@ import (
 
 // newMetrics builds the registry and reads the components' own counters
 // and breaker states into it at scrape time; purger and rdb may be nil.
-func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb redis.UniversalClient, changes *feed.Consumer) *metrics.Metrics {
+// changes may be nil too. localBudget is the local tier's byte bound
+// (GATEWAY_LOCAL_CACHE_BYTES); ready is asked at each scrape, as /readyz
+// asks it.
+func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb redis.UniversalClient,
+	changes *feed.Consumer, localBudget int64, ready readiness) *metrics.Metrics {
 	m := metrics.New()
+	m.GaugeFunc("gateway_ready", "1 while /readyz would answer 204, else 0 (draining, warming up, or store and cache both failing).", nil,
+		func() float64 { return boolGauge(ready.check(context.Background()) == "") })
+	m.GaugeFunc("gateway_cache_local_budget_bytes", "Bytes of listings the in-process tier may hold (GATEWAY_LOCAL_CACHE_BYTES).", nil,
+		func() float64 { return float64(localBudget) })
 	guarded.Observe(m.StoreCall)
 	type line struct {
 		tier, result string
@@ -49,12 +59,25 @@ func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratel
 			m.CounterFunc("gateway_purges_total", "CDN purge requests by outcome: sent, failed (an attempt), dropped (given up).",
 				prometheus.Labels{"outcome": outcome}, func() float64 { return float64(read()) })
 		}
+		m.GaugeFunc("gateway_purges_pending", "CDN purges waiting to be delivered: queued, or retried after failures.", nil,
+			func() float64 { return float64(purger.Pending()) })
 	}
 	for name, state := range breakers {
 		m.GaugeFunc("gateway_breaker_state", "Breaker state: 0 closed, 1 half-open, 2 open.",
 			prometheus.Labels{"breaker": name}, func() float64 { return float64(state()) })
 	}
 	if rdb != nil {
+		m.CounterFunc("gateway_cache_redis_errors_total", "Redis operations of the cache that failed, the breaker's refusals included.", nil,
+			func() float64 { return float64(listings.Stats().TierErrors) })
+		m.CounterFunc("gateway_cache_announcements_total", "Writes announced to the other replicas' local tiers.", nil,
+			func() float64 { return float64(listings.Stats().Announced) })
+		m.CounterFunc("gateway_cache_announcements_unacknowledged_total",
+			"Announced writes not acknowledged by every subscribed replica within GATEWAY_INVALIDATION_WAIT.", nil,
+			func() float64 { return float64(listings.Stats().Unacknowledged) })
+		if localBudget > 0 {
+			m.GaugeFunc("gateway_cache_local_tier_on", "1 while the local tier in front of Redis serves (its subscription is live), else 0.", nil,
+				func() float64 { return boolGauge(listings.Stats().LocalTierOn) })
+		}
 		for name, read := range map[string]func(*redis.PoolStats) uint32{
 			"hits": func(s *redis.PoolStats) uint32 { return s.Hits }, "misses": func(s *redis.PoolStats) uint32 { return s.Misses },
 			"timeouts": func(s *redis.PoolStats) uint32 { return s.Timeouts }, "total_conns": func(s *redis.PoolStats) uint32 { return s.TotalConns },

@@ -60,10 +60,10 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if p.feed != nil {
 		backgroundDone.Go(func() { p.feed.Run(background) })
 	}
-	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed)
-	p.srv.Observe(m)
 	var draining atomic.Bool
 	ready := newReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
+	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, cfg.Cache.LocalBytes, ready)
+	p.srv.Observe(m)
 	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, m)
 	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
 }

@@ -122,6 +122,8 @@ type Purger struct {
 	now    func() time.Time
 
 	sent, failed, dropped atomic.Uint64
+	// pending counts purges queued and not yet delivered or given up.
+	pending atomic.Int64
 }
 
 // NewPurger returns a Purger for cfg.
@@ -181,9 +183,15 @@ func (p *Purger) PurgeNow(ctx context.Context, keys ...string) error {
 }
 
 func (p *Purger) enqueue(ctx context.Context, j *job) {
+	if !j.repeated {
+		p.pending.Add(1) // before the worker can see it, so never below 0
+	}
 	select {
 	case p.queue <- j:
 	default:
+		if !j.repeated {
+			p.pending.Add(-1)
+		}
 		p.dropped.Add(1)
 		p.log.WarnContext(ctx, "CDN purge queue full, purge dropped", "keys", strings.Join(j.keys, " "))
 		j.finish(false)
@@ -195,6 +203,11 @@ func (p *Purger) enqueue(ctx context.Context, j *job) {
 func (p *Purger) Sent() uint64    { return p.sent.Load() }
 func (p *Purger) Failed() uint64  { return p.failed.Load() }
 func (p *Purger) Dropped() uint64 { return p.dropped.Load() }
+
+// Pending is how many purges wait to be delivered: queued, or retried
+// after failed attempts. A delivered purge's delayed repeat is not
+// counted. It grows while the CDN does not take purges.
+func (p *Purger) Pending() int64 { return p.pending.Load() }
 
 // BreakerState is the state of the breaker in front of the CDN: 0 closed,
 // 1 half-open, 2 open.
@@ -238,8 +251,8 @@ func (p *Purger) Run(ctx context.Context) {
 	defer cancel()
 	waiting = p.drainQueue(waiting)
 	for _, j := range waiting {
-		if !j.repeated && drain.Err() == nil {
-			_ = p.attempt(drain, j) // failures are logged; the process is ending
+		if !j.repeated && drain.Err() == nil && p.attempt(drain, j) == nil { // failures are logged; the process is ending
+			p.pending.Add(-1)
 		}
 	}
 }
@@ -280,11 +293,15 @@ func (p *Purger) sendDue(ctx context.Context, waiting []*job) []*job {
 			case err == nil:
 				j.finish(true)
 				if !j.repeated {
+					p.pending.Add(-1)
 					j.repeated, j.attempt, j.next = true, 0, now.Add(p.repurgeAfter())
 					j.giveUp = j.next.Add(p.cfg.GiveUpAfter)
 					kept = append(kept, j)
 				}
 			case now.After(j.giveUp):
+				if !j.repeated {
+					p.pending.Add(-1)
+				}
 				j.finish(false)
 				p.dropped.Add(1)
 				p.log.Error("CDN purge given up; the copy it targets has expired by now", "keys", strings.Join(j.keys, " "), "attempts", j.attempt)

@@ -148,6 +148,34 @@ func TestPurgeGivenUpOnceTheCopyExpired(t *testing.T) {
 	if p.Failed() < 2 {
 		t.Fatalf("given up after %d attempts, want retries first", p.Failed())
 	}
+	if n := p.Pending(); n != 0 {
+		t.Fatalf("%d pending after the only purge was given up", n)
+	}
+}
+
+// TestPendingCountsUndeliveredPurges: Pending (gateway_purges_pending)
+// counts purges until the CDN took them, through failed attempts, and not
+// their delayed repeats.
+func TestPendingCountsUndeliveredPurges(t *testing.T) {
+	fake := newFakeCDN(t)
+	fake.status.Store(http.StatusServiceUnavailable)
+	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
+		RepurgeAfter: 100 * time.Millisecond, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	run(t, p)
+	for _, k := range []string{"a", "b", "c"} {
+		p.Purge(context.Background(), true, k)
+	}
+	testenv.WaitFor(t, func() bool { return p.Failed() >= 6 }) // each tried at least twice
+	if n := p.Pending(); n != 3 {
+		t.Fatalf("%d pending while the CDN fails, want 3", n)
+	}
+	fake.status.Store(0)
+	testenv.WaitFor(t, func() bool { return p.Sent() >= 3 && p.Pending() == 0 })
+	// The repeats go out too, and count nothing.
+	testenv.WaitFor(t, func() bool { return p.Sent() >= 6 })
+	if n := p.Pending(); n != 0 {
+		t.Fatalf("%d pending after every purge and its repeat was delivered", n)
+	}
 }
 
 // TestPurgeIsRepeated: each purge goes out again after RepurgeAfter, for
@@ -202,6 +230,9 @@ func TestPurgerNeverBlocks(t *testing.T) {
 	if p.Dropped() != 1 {
 		t.Fatalf("dropped = %d, want 1 for a full queue", p.Dropped())
 	}
+	if p.Pending() != 2 {
+		t.Fatalf("pending = %d, want the 2 queued, not the dropped one", p.Pending())
+	}
 }
 
 func TestPurgerSendsWhatIsQueuedWhenStopped(t *testing.T) {
@@ -213,8 +244,8 @@ func TestPurgerSendsWhatIsQueuedWhenStopped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // shutting down before the worker saw them
 	p.Run(ctx)
-	if p.Sent() != 3 || len(fake.requests()) != 3 {
-		t.Fatalf("sent %d, received %d; want the 3 queued purges drained", p.Sent(), len(fake.requests()))
+	if p.Sent() != 3 || len(fake.requests()) != 3 || p.Pending() != 0 {
+		t.Fatalf("sent %d, received %d, pending %d; want the 3 queued purges drained", p.Sent(), len(fake.requests()), p.Pending())
 	}
 }
 
