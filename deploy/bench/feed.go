@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,7 +29,11 @@ import (
 var feedTriggers = []string{"listings_change_feed"}
 
 type writeRun struct {
-	triggers   bool
+	triggers bool
+	// paused: the gateways were stopped (SIGSTOP) while the writers ran,
+	// so the run measures the trigger alone, not the consumer's work on
+	// the same cores; the backlog is drained after SIGCONT.
+	paused     bool
 	writes     int
 	throughput float64 // writes per second
 	p50, p99   time.Duration
@@ -59,28 +64,44 @@ func (l *lab) feedBench(ctx context.Context) (string, error) {
 
 	var runs []writeRun
 	var puts = map[bool][]time.Duration{}
+	gateways := []*server{a, b}
 	for rep := range l.opts.reps {
-		for _, on := range []bool{false, true} {
-			if err := setTriggers(ctx, db, on); err != nil {
+		for _, mode := range []struct{ on, paused bool }{{false, false}, {true, false}, {true, true}} {
+			if err := setTriggers(ctx, db, mode.on); err != nil {
 				return "", err
 			}
-			log.Printf("round %d, triggers %v: %v of SQL writes", rep+1, on, l.opts.feedDuration)
-			r, err := l.sqlWrites(ctx, db, on)
+			log.Printf("round %d, triggers %v, gateways paused %v: %v of SQL writes", rep+1, mode.on, mode.paused, l.opts.feedDuration)
+			if mode.paused {
+				signalAll(gateways, syscall.SIGSTOP)
+			}
+			r, err := l.sqlWrites(ctx, db, mode.on, func() { signalAll(gateways, syscall.SIGCONT) })
+			signalAll(gateways, syscall.SIGCONT)
 			if err != nil {
 				return "", err
 			}
+			r.paused = mode.paused
 			runs = append(runs, r)
+			if mode.paused {
+				continue
+			}
 			d, err := l.ownPuts(ctx, a, 200)
 			if err != nil {
 				return "", err
 			}
-			puts[on] = append(puts[on], d...)
+			puts[mode.on] = append(puts[mode.on], d...)
 		}
 	}
 	if err := setTriggers(ctx, db, true); err != nil {
 		return "", err
 	}
 	return feedReport(l.opts, runs, puts), nil
+}
+
+// signalAll sends sig to every gateway's process group.
+func signalAll(gateways []*server, sig syscall.Signal) {
+	for _, g := range gateways {
+		_ = syscall.Kill(-g.cmd.Process.Pid, sig)
+	}
 }
 
 func setTriggers(ctx context.Context, db *pgx.Conn, on bool) error {
@@ -98,8 +119,9 @@ func setTriggers(ctx context.Context, db *pgx.Conn, on bool) error {
 
 // sqlWrites runs the writers for the run's duration, each on its own
 // connection, each write one UPDATE of one random listing in its own
-// transaction, and watches the feed meanwhile.
-func (l *lab) sqlWrites(ctx context.Context, db *pgx.Conn, triggers bool) (writeRun, error) {
+// transaction, and watches the feed meanwhile. Once the writers stop it
+// calls resume, then waits for the backlog to drain.
+func (l *lab) sqlWrites(ctx context.Context, db *pgx.Conn, triggers bool, resume func()) (writeRun, error) {
 	run := writeRun{triggers: triggers}
 	wctx, stop := context.WithTimeout(ctx, l.opts.feedDuration)
 	defer stop()
@@ -152,7 +174,11 @@ func (l *lab) sqlWrites(ctx context.Context, db *pgx.Conn, triggers bool) (write
 	if err, ok := failed.Load().(error); ok {
 		return run, fmt.Errorf("a writer failed: %w", err)
 	}
+	resume()
 	if triggers {
+		if err := run.observe(ctx, db); err != nil {
+			return run, err
+		}
 		stopped := time.Now()
 		for {
 			rows, err := run.backlog(ctx, db)
@@ -232,22 +258,30 @@ func feedReport(opts options, runs []writeRun, puts map[bool][]time.Duration) st
 		"two gateways with the feed on; %d writers, each `UPDATE listings SET document = document WHERE id = <random>` "+
 		"in its own transaction, for %v with the triggers disabled and enabled in turn.\n\n",
 		opts.reps, opts.feedDuration, opts.writers, opts.listings, opts.writers, opts.feedDuration)
-	w.WriteString("| round | triggers | writes/s | p50 | p99 | peak lag | peak backlog | peak table rows | drain |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
-	var on, off []float64
-	var onP99, offP99 []time.Duration
+	w.WriteString("| round | trigger | consumer | writes/s | p50 | p99 | peak lag | peak backlog | peak table rows | drain |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	var on, alone, off []float64
+	var onP99, aloneP99, offP99 []time.Duration
 	for i, r := range runs {
-		trig, extra := "off", "| | | | |"
-		if r.triggers {
-			trig = "on"
-			extra = fmt.Sprintf("| %s | %d | %d | %s |", ms(r.peakLag), r.peakBacklog, r.peakTable, ms(r.drain))
+		trig, consumer, extra := "off", "idle", "| | | | |"
+		switch {
+		case r.triggers && r.paused:
+			trig, consumer = "on", "paused, then drains"
+			alone, aloneP99 = append(alone, r.throughput), append(aloneP99, r.p99)
+		case r.triggers:
+			trig, consumer = "on", "applying"
 			on, onP99 = append(on, r.throughput), append(onP99, r.p99)
-		} else {
+		default:
 			off, offP99 = append(off, r.throughput), append(offP99, r.p99)
 		}
-		fmt.Fprintf(&w, "| %d | %s | %.0f | %s | %s %s\n", i/2+1, trig, r.throughput, ms(r.p50), ms(r.p99), extra)
+		if r.triggers {
+			extra = fmt.Sprintf("| %s | %d | %d | %s |", ms(r.peakLag), r.peakBacklog, r.peakTable, ms(r.drain))
+		}
+		fmt.Fprintf(&w, "| %d | %s | %s | %.0f | %s | %s %s\n", i/3+1, trig, consumer, r.throughput, ms(r.p50), ms(r.p99), extra)
 	}
-	fmt.Fprintf(&w, "\nThroughput with the triggers on: **%.2f×** of off (medians %.0f and %.0f writes/s); p99 %s against %s.\n\n",
-		medianF(on)/medianF(off), medianF(on), medianF(off), ms(medianD(onP99)), ms(medianD(offP99)))
+	fmt.Fprintf(&w, "\nThe trigger alone (gateways paused): **%.2f×** the writes/s of no trigger (medians %.0f and %.0f), p99 %s against %s. "+
+		"With the consumer applying on the same cores: **%.2f×** (%.0f writes/s), p99 %s.\n\n",
+		medianF(alone)/medianF(off), medianF(alone), medianF(off), ms(medianD(aloneP99)), ms(medianD(offP99)),
+		medianF(on)/medianF(off), medianF(on), ms(medianD(onP99)))
 	fmt.Fprintf(&w, "The gateway's own PUTs (%d each way, one at a time, through one gateway): p50 %s and p99 %s with the triggers on, "+
 		"p50 %s and p99 %s off.\n", len(puts[true]), ms(quantile(puts[true], 50)), ms(quantile(puts[true], 99)),
 		ms(quantile(puts[false], 50)), ms(quantile(puts[false], 99)))
