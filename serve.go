@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,9 +112,19 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 		// Command arguments stay out of spans: they hold whole listings.
 		// Dials happen in the pool's own time, outside any request, and so
 		// do the checks of Redis's identity and size (the change feed's).
-		background := func(cmd redis.Cmder) bool { return cmd.Name() == "info" || cmd.Name() == "dbsize" }
+		// The cache's reads are auto-pipelined: a batch serves many
+		// requests, so its spans (and its connections' handshakes) belong
+		// to none; the cache records each read as "cache get" instead.
+		background := func(cmd redis.Cmder) bool {
+			switch cmd.Name() {
+			case "info", "dbsize", "get", "hello", "client":
+				return true
+			}
+			return false
+		}
+		autoPipelined := func(cmds []redis.Cmder) bool { return !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !background(c) }) }
 		if err := redisotel.InstrumentTracing(p.rdb, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false),
-			redisotel.WithDialFilter(true), redisotel.WithCommandFilter(background)); err != nil {
+			redisotel.WithDialFilter(true), redisotel.WithCommandFilter(background), redisotel.WithCommandsFilter(autoPipelined)); err != nil {
 			return nil, fmt.Errorf("redis tracing: %w", err)
 		}
 	}

@@ -160,9 +160,9 @@ func TestTraceSpanTrees(t *testing.T) {
 			wantStatus: 200,
 			want: `GET /realty/:ref
   cache local hit=false
-  redis
+  cache get
   cache singleflight
-    redis
+    cache get
     store listing_by_id
       postgres
     redis

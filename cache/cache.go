@@ -366,6 +366,23 @@ func (c *Cache) traceWait(ctx context.Context) (context.Context, func(shared boo
 
 func endNoSpan(bool, error) {}
 
+// tierGet reads name from the tier, in a span "cache get" when tracing is
+// on: Redis reads are auto-pipelined, shared by the requests of a batch,
+// so the client's own spans of them belong to no request.
+func (c *Cache) tierGet(ctx context.Context, name string) ([]byte, error) {
+	if c.tracer == nil {
+		return c.tier.get(ctx, name)
+	}
+	ctx, span := c.tracer.Start(ctx, "cache get")
+	defer span.End()
+	b, err := c.tier.get(ctx, name)
+	span.SetAttributes(attribute.Bool("cache.found", b != nil))
+	if err != nil {
+		span.SetStatus(codes.Error, "tier read failed")
+	}
+	return b, err
+}
+
 // loaded is what a shared load found.
 type loaded struct {
 	r     record
@@ -556,7 +573,7 @@ func (c *Cache) lookup(ctx context.Context, k Key, name string) (record, bool) {
 	if _, dirty := c.dirtyRevision(name); dirty && !c.repair(ctx, name) {
 		return record{}, false
 	}
-	b, err := c.tier.get(ctx, name)
+	b, err := c.tierGet(ctx, name)
 	c.observe(err)
 	if err != nil || b == nil {
 		return record{}, false

@@ -36,7 +36,8 @@ type front struct {
 type frontEntry struct {
 	entry    Entry
 	revision int64
-	expires  int64 // unix nanoseconds
+	expires  int64  // unix nanoseconds
+	weight   uint32 // what it costs the heap, for the byte bound
 }
 
 // floor is the highest revision of a listing seen invalidated, kept while
@@ -46,8 +47,9 @@ type floor struct {
 	until    time.Time
 }
 
-// frontEntryOverhead approximates the bytes an entry costs beyond its
-// body and ETag: the entry, the key, the cache node.
+// frontEntryOverhead is what an entry costs the heap beyond the buffer its
+// body and ETag point into: the entry, the key, otter's node and its
+// expiry bookkeeping. Measured by TestFrontWeigherMatchesTheHeap.
 const frontEntryOverhead = 256
 
 // floorsKept bounds the floors map before expired floors are swept.
@@ -56,9 +58,12 @@ const floorsKept = 10_000
 func newFront(maxBytes int64, maxAge time.Duration) *front {
 	c := otter.Must(&otter.Options[Key, *frontEntry]{
 		MaximumWeight: uint64(maxBytes),
-		Weigher: func(_ Key, e *frontEntry) uint32 {
-			return uint32(min(len(e.entry.Body)+len(e.entry.ETag)+frontEntryOverhead, 1<<31))
-		},
+		Weigher:       func(_ Key, e *frontEntry) uint32 { return e.weight },
+		// An entry leaves memory when it expires, not when the byte bound
+		// evicts it: a tier of entries nobody reads again stays small.
+		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[Key, *frontEntry]) time.Duration {
+			return time.Until(time.Unix(0, e.Value.expires))
+		}),
 	})
 	return &front{cache: c, maxAge: maxAge, floors: map[int64]floor{}}
 }
@@ -97,7 +102,7 @@ func (f *front) put(k Key, r record, gen uint64, now time.Time) {
 	if fl, ok := f.floors[r.id]; ok && r.revision < fl.revision && now.Before(fl.until) {
 		return
 	}
-	f.cache.Set(k, &frontEntry{entry: r.entry(Hit), revision: r.revision, expires: expires})
+	f.cache.Set(k, &frontEntry{entry: r.entry(Hit), revision: r.revision, expires: expires, weight: r.weight(frontEntryOverhead)})
 }
 
 // invalidate drops both keys of each listing and raises its floor.

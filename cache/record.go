@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"math/bits"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -127,4 +128,31 @@ func (r record) belongsTo(k Key) bool {
 		return r.id == k.ID
 	}
 	return r.firmID == k.FirmID && r.no == k.No
+}
+
+// weight is what a record kept in process costs the heap: the buffer its
+// slices point into (a record decoded from a Redis value keeps that whole
+// value; one made by recordOf, its body and ETag) rounded up to the
+// allocator's size class, plus overhead.
+func (r record) weight(overhead int) uint32 {
+	n := cap(r.body) + len(r.etag) + recordHeader
+	return uint32(min(sizeClass(n)+overhead, 1<<31))
+}
+
+// recordHeader approximates the text header before a record's body.
+const recordHeader = 64
+
+// sizeClass rounds n up as Go's allocator does, closely enough: small
+// sizes to the next multiple of a power-of-two step, large ones to pages.
+func sizeClass(n int) int {
+	step := 16
+	switch {
+	case n > 32<<10:
+		step = 8 << 10
+	case n > 1024:
+		step = 1 << (bits.Len(uint(n)) - 3) // 8 classes per doubling
+	case n > 256:
+		step = 64
+	}
+	return (n + step - 1) / step * step
 }

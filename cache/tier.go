@@ -42,7 +42,12 @@ return 1
 // costs one fast error per operation instead of a timeout; one probe then
 // tests whether it is back.
 type redisTier struct {
-	rdb     redis.UniversalClient
+	rdb redis.UniversalClient
+	// reads is rdb's auto-pipeline where the client has one (single,
+	// sentinel, cluster): concurrent reads share round trips. It does not
+	// end a command at its context's deadline; the client's read and write
+	// timeouts bound it instead (see main's redis settings).
+	reads   getter
 	timeout time.Duration
 	cb      *gobreaker.CircuitBreaker[[]byte]
 	// fault is told of every failed operation: Redis may have missed a
@@ -57,7 +62,7 @@ type redisTier struct {
 // gateways whether or not this one has a local tier.
 func NewRedis(src Source, rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, log *slog.Logger, opts ...Option) *Cache {
 	cb := gobreaker.NewCircuitBreaker[[]byte](breaker.FastFail("redis", log))
-	t := &redisTier{rdb: rdb, timeout: opTimeout, cb: cb}
+	t := &redisTier{rdb: rdb, reads: readsOf(rdb), timeout: opTimeout, cb: cb}
 	c := newCache(src, t, cfg, log, opts)
 	t.fault = c.trust.distrust
 	if cfg.LocalBytes > 0 {
@@ -81,9 +86,33 @@ func (t *redisTier) do(ctx context.Context, op func(context.Context) ([]byte, er
 	return b, err
 }
 
+// getter reads one key.
+type getter interface {
+	Get(ctx context.Context, key string) *redis.StringCmd
+}
+
+// readsOf returns rdb's auto-pipeline (go-redis's own; the blocking face,
+// one ordered stream of batches), or rdb where it has none.
+func readsOf(rdb redis.UniversalClient) getter {
+	var (
+		ap  *redis.AutoPipeliner
+		err error
+	)
+	switch c := rdb.(type) {
+	case *redis.Client:
+		ap, err = c.AutoPipeline()
+	case *redis.ClusterClient:
+		ap, err = c.AutoPipeline()
+	}
+	if ap == nil || err != nil {
+		return rdb
+	}
+	return ap
+}
+
 func (t *redisTier) get(ctx context.Context, name string) ([]byte, error) {
 	return t.do(ctx, func(ctx context.Context) ([]byte, error) {
-		b, err := t.rdb.Get(ctx, name).Bytes()
+		b, err := t.reads.Get(ctx, name).Bytes()
 		if errors.Is(err, redis.Nil) {
 			return nil, nil
 		}
@@ -163,10 +192,13 @@ type localValue struct {
 	r       record
 	b       []byte
 	expires time.Time
+	weight  uint32 // what it costs the heap, for the byte bound
 }
 
-// localValueOverhead approximates a value's bytes beyond its record.
-const localValueOverhead = 128
+// localValueOverhead is what a value costs the heap beyond its encoded
+// record: its key, the value, otter's node and its expiry bookkeeping.
+// Measured by TestLocalWeigherMatchesTheHeap.
+const localValueOverhead = 192
 
 // NewLocal returns a cache kept in this process, holding at most
 // cfg.LocalBytes of records. It does not cache absence found by a read:
@@ -177,9 +209,12 @@ func NewLocal(src Source, cfg Config, log *slog.Logger, opts ...Option) *Cache {
 	cfg.Negative = 0
 	c := otter.Must(&otter.Options[string, localValue]{
 		MaximumWeight: uint64(max(cfg.LocalBytes, 1)),
-		Weigher: func(name string, v localValue) uint32 {
-			return uint32(min(len(name)+len(v.b)+localValueOverhead, 1<<31))
-		},
+		Weigher:       func(_ string, v localValue) uint32 { return v.weight },
+		// An entry leaves memory when it expires, not when the byte bound
+		// evicts it.
+		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, localValue]) time.Duration {
+			return time.Until(e.Value.expires)
+		}),
 	})
 	return newCache(src, &localTier{cache: c, now: time.Now}, cfg, log, opts)
 }
@@ -212,7 +247,8 @@ func (t *localTier) set(_ context.Context, name string, r record, ttl time.Durat
 	if err != nil {
 		return err
 	}
-	t.cache.Set(name, localValue{r: parsed, b: b, expires: t.now().Add(ttl)})
+	weight := uint32(min(len(name)+sizeClass(cap(b))+localValueOverhead, 1<<31))
+	t.cache.Set(name, localValue{r: parsed, b: b, expires: t.now().Add(ttl), weight: weight})
 	return nil
 }
 

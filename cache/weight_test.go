@@ -1,0 +1,105 @@
+package cache
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// heapPerEntry fills a tier with n entries through put and returns the
+// heap they hold per entry and the weight charged per entry.
+func heapPerEntry(t *testing.T, n int, put func(i int, r record) uint32) (heap, weight float64) {
+	t.Helper()
+	body := `{"id":1,"title":"` + strings.Repeat("x", 1650) + `"}`
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var charged uint64
+	for i := range n {
+		// As a Redis hit leaves it: the record's slices point into the
+		// value read.
+		r, err := decodeRecord(record{revision: 1, id: int64(i + 1), firmID: 1, no: int64(i + 1), kind: kindActive,
+			etag: etagOf([]byte(body)), body: []byte(body), freshUntil: time.Now().Add(time.Hour).UnixMilli()}.encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		charged += uint64(put(i, r))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n), float64(charged) / float64(n)
+}
+
+// TestFrontWeigherMatchesTheHeap: what the local tier charges an entry
+// against its byte bound is what the entry costs the heap, within 20 %.
+func TestFrontWeigherMatchesTheHeap(t *testing.T) {
+	f := newFront(1<<30, time.Hour)
+	f.enable()
+	const n = 20_000
+	heap, weight := heapPerEntry(t, n, func(i int, r record) uint32 {
+		f.put(ByID(int64(i+1)), r, f.generation(), time.Now())
+		return r.weight(frontEntryOverhead)
+	})
+	if got := f.cache.EstimatedSize(); got != n {
+		t.Fatalf("%d entries kept; want %d", got, n)
+	}
+	t.Logf("heap per entry %.0f bytes, charged %.0f (%.2f×)", heap, weight, weight/heap)
+	if weight < 0.8*heap || weight > 1.2*heap {
+		t.Fatalf("charged %.0f bytes per entry for %.0f on the heap; want within 20 %%", weight, heap)
+	}
+	runtime.KeepAlive(f)
+}
+
+// TestLocalWeigherMatchesTheHeap: the same for the only tier of a gateway
+// without Redis.
+func TestLocalWeigherMatchesTheHeap(t *testing.T) {
+	cfg := testConfig("")
+	cfg.LocalBytes = 1 << 30
+	c := NewLocal(newSource(), cfg, quietLog())
+	lt := c.tier.(*localTier)
+	const n = 20_000
+	heap, weight := heapPerEntry(t, n, func(i int, r record) uint32 {
+		name := ByID(int64(i + 1)).name("")
+		if err := lt.set(t.Context(), name, r, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		v, _ := lt.cache.GetIfPresent(name)
+		return v.weight
+	})
+	t.Logf("heap per entry %.0f bytes, charged %.0f (%.2f×)", heap, weight, weight/heap)
+	if weight < 0.8*heap || weight > 1.2*heap {
+		t.Fatalf("charged %.0f bytes per entry for %.0f on the heap; want within 20 %%", weight, heap)
+	}
+	runtime.KeepAlive(c)
+}
+
+// TestExpiredEntriesLeaveMemory: entries past their time are removed, not
+// kept until the byte bound evicts them.
+func TestExpiredEntriesLeaveMemory(t *testing.T) {
+	f := newFront(1<<30, 50*time.Millisecond)
+	f.enable()
+	cfg := testConfig("")
+	cfg.LocalBytes = 1 << 30
+	local := NewLocal(newSource(), cfg, quietLog()).tier.(*localTier)
+	for i := range 1000 {
+		r := record{revision: 1, id: int64(i + 1), firmID: 1, no: int64(i + 1), kind: kindActive, etag: []byte(`"e"`),
+			body: []byte(`{"id":1}`), freshUntil: time.Now().Add(time.Hour).UnixMilli()}
+		f.put(ByID(int64(i+1)), r, f.generation(), time.Now())
+		if err := local.set(t.Context(), ByID(int64(i+1)).name(""), r, 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.cache.EstimatedSize() != 1000 || local.cache.EstimatedSize() != 1000 {
+		t.Fatalf("%d and %d entries; want 1000 each", f.cache.EstimatedSize(), local.cache.EstimatedSize())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.cache.EstimatedSize() > 0 || local.cache.EstimatedSize() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d and %d entries left 5 s after they expired", f.cache.EstimatedSize(), local.cache.EstimatedSize())
+		}
+		f.cache.CleanUp()
+		local.cache.CleanUp()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
