@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"net/http"
 	"strings"
 	"testing"
@@ -48,5 +51,49 @@ func TestEndToEndRequestIDOnDeeperLines(t *testing.T) {
 		if rec["requestId"] != id {
 			t.Errorf("line %q names request %v, want %s", msg, rec["requestId"], id)
 		}
+	}
+}
+
+// TestEndToEndMemoryLimit: without GOMEMLIMIT the gateway sets a soft
+// memory limit (from the container, else the local tier's budget plus
+// headroom); with it, the operator's stands.
+func TestEndToEndMemoryLimit(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want []string // one of these messages
+	}{
+		{"default", map[string]string{"GATEWAY_LOCAL_CACHE_BYTES": "33554432"}, []string{"memory limit from the container", "memory limit from the local tier's budget"}},
+		{"operator's", map[string]string{"GOMEMLIMIT": "300MiB"}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			e := environment{
+				"GATEWAY_DATA_DIR":   dir,
+				"GATEWAY_STORE_URL":  "sqlite:" + dir + "/gateway.db",
+				"GATEWAY_JWT_SECRET": "e2e-secret-e2e-secret-e2e-secret-e2e",
+			}
+			maps.Copy(e, tt.env)
+			p := start(t, e)
+			var got []map[string]any
+			for line := range strings.Lines(p.Logs()) {
+				var rec map[string]any
+				if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(fmt.Sprint(rec["msg"]), "memory limit") {
+					got = append(got, rec)
+				}
+			}
+			if tt.want == nil {
+				if len(got) != 0 {
+					t.Fatalf("a limit was set over GOMEMLIMIT: %v", got)
+				}
+				return
+			}
+			if len(got) != 1 || !slices.Contains(tt.want, got[0]["msg"].(string)) {
+				t.Fatalf("memory limit lines %v; want one of %q", got, tt.want)
+			}
+			if got[0]["msg"] == "memory limit from the local tier's budget" && got[0]["bytes"] != float64(32<<20+64<<20) {
+				t.Fatalf("limit %v; want the 32 MiB budget + 64 MiB", got[0]["bytes"])
+			}
+		})
 	}
 }

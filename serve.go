@@ -30,6 +30,7 @@ import (
 func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	started := time.Now()
 	log.Info("starting gateway", "config", cfg)
+	setMemoryLimit(cfg.Cache.LocalBytes, log)
 	if err := ensureJWTSecret(&cfg, log); err != nil {
 		return err
 	}
