@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 

@@ -123,7 +123,9 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 			}
 			return false
 		}
-		autoPipelined := func(cmds []redis.Cmder) bool { return !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !background(c) }) }
+		autoPipelined := func(cmds []redis.Cmder) bool {
+			return !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !background(c) })
+		}
 		if err := redisotel.InstrumentTracing(p.rdb, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false),
 			redisotel.WithDialFilter(true), redisotel.WithCommandFilter(background), redisotel.WithCommandsFilter(autoPipelined)); err != nil {
 			return nil, fmt.Errorf("redis tracing: %w", err)

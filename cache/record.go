@@ -2,10 +2,10 @@ package cache
 
 import (
 	"bytes"
-	"math/bits"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"math/bits"
 	"strconv"
 )
 
