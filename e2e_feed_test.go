@@ -459,3 +459,45 @@ func TestEndToEndFeedOwnWritesNotRepeated(t *testing.T) {
 		t.Fatalf("the CDN got %d purges for %d writes: %q", len(cdn.got), writes, cdn.got)
 	}
 }
+
+// TestEndToEndFeedWriterCutOffFromRedis: a gateway whose Redis fails
+// (here: it cannot connect) still takes writes, while the other gateway
+// trusts Redis, which holds the old version. The write returns only once
+// the change feed has applied it: from then on the other gateway never
+// serves the old version.
+func TestEndToEndFeedWriterCutOffFromRedis(t *testing.T) {
+	fw := newFeedWorld(t, 1, nil) // gateway 1: the consumer and the reader
+	reader := fw.gws[0]
+	cut := gatewaytest.NewProxy(t, testenv.RedisAddr(t))
+	e := maps.Clone(fw.env)
+	e["GATEWAY_REDIS_URL"] = "redis://" + cut.Addr() + "/0"
+	writer := start(t, e)
+	testenv.WaitFor(t, func() bool { s, err := writer.ReadStats(); return err == nil && s.Cache.RedisTrusted })
+	paths := []string{"/realty/1001", fmt.Sprintf("/realty/%d-7", fw.firm)}
+	for _, path := range paths {
+		for range 2 { // the second read is a Redis or local hit
+			if got := titleOf(t, reader.view(t, path, fw.tok)); got != "Sea view" {
+				t.Fatalf("%s: %q", path, got)
+			}
+		}
+	}
+
+	cut.Stop()
+	var took []time.Duration
+	for v := range 5 {
+		title := fmt.Sprintf("Written without Redis, v%d", v)
+		began := time.Now()
+		r, err := send(writer, http.MethodPut, "/realty/1001", fw.tok,
+			fmt.Sprintf(`{"title":%q,"categoryId":2,"location":{"cityId":34}}`, title))
+		if err != nil || r.status != http.StatusOK {
+			t.Fatalf("PUT: %v %d %s", err, r.status, r.body)
+		}
+		took = append(took, time.Since(began))
+		for _, path := range paths {
+			if got := titleOf(t, reader.view(t, path, fw.tok)); got != title {
+				t.Fatalf("%s on the other gateway after the PUT returned: %q; want %q", path, got, title)
+			}
+		}
+	}
+	t.Logf("PUTs through a gateway cut off from Redis returned after %v", took)
+}

@@ -227,6 +227,18 @@ func (f *feedView) CaughtUp(context.Context, int64) (bool, error) {
 	return f.caughtUp, nil
 }
 
+// Applied: nothing of the listing is among the unapplied changes.
+func (f *feedView) Applied(_ context.Context, id, revision int64) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ch := range f.unapplied {
+		if ch.ListingID == id && ch.Revision <= revision {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 func (f *feedView) Settle(_ context.Context, identity string, vs []upstream.Settled) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -389,4 +401,75 @@ func (c cutOff) Write(b []byte) (int, error) {
 		return 0, errors.New("redis cut off")
 	}
 	return c.Conn.Write(b)
+}
+
+// TestUnpublishedWriteWaitsForTheFeed: a write that Redis failed does not
+// return until the change feed has applied it (another gateway that trusts
+// Redis would serve the old version meanwhile), and returns after
+// UnpublishedWait when the feed never does.
+func TestUnpublishedWriteWaitsForTheFeed(t *testing.T) {
+	ctx := context.Background()
+	src := newSource(listing(1, 7, 3, true))
+	_, prefix := redisFor(t)
+	var down atomic.Bool
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if down.Load() {
+				return nil, errors.New("redis cut off")
+			}
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			return cutOff{conn, &down}, err
+		}})
+	t.Cleanup(func() { rdb.Close() })
+	cfg := testConfig(prefix)
+	cfg.LocalBytes = 0
+	id, err := redisIdentity(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fv := &feedView{settled: map[string][]upstream.Settled{}, position: upstream.FeedPosition{RedisIdentity: id}, caughtUp: true}
+	c := NewRedis(src, rdb, 100*time.Millisecond, cfg, quietLog(), WithFeed(fv))
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	wg.Go(func() { c.Run(runCtx) })
+	testenv.WaitFor(t, c.RedisTrusted)
+
+	down.Store(true)
+	replace := func(revision int64) <-chan error {
+		fv.set(func(f *feedView) {
+			f.unapplied = []upstream.Change{{Seq: revision, ListingID: 1, FirmID: 7, No: 3, Revision: revision}}
+		})
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Replace(ctx, src.listings[1], listing(1, 7, 3, true))
+			done <- err
+		}()
+		return done
+	}
+
+	done := replace(2)
+	select {
+	case err := <-done:
+		t.Fatalf("the write returned (%v) before the feed applied it", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	fv.set(func(f *feedView) { f.unapplied = nil })
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the write did not return once the feed applied it")
+	}
+
+	start := time.Now()
+	if err := <-replace(3); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < UnpublishedWait {
+		t.Fatalf("the write returned after %v with its change unapplied; want %v", waited, UnpublishedWait)
+	}
 }

@@ -66,3 +66,38 @@ func (s *settler) run(ctx context.Context) {
 		}
 	}
 }
+
+// UnpublishedWait bounds how long a write that could not publish itself
+// (Redis failed it, or was not trusted when it began) waits for the change
+// feed's consumer to apply it.
+const UnpublishedWait = 2 * time.Second
+
+// awaitFeed returns once the change feed has applied these versions, or
+// after UnpublishedWait. Until then Redis may hold the versions they
+// replaced, and a gateway that trusts Redis (it saw no fault, and verified
+// the feed before this write was recorded) would serve them: a write must
+// not return while that can happen.
+func (c *Cache) awaitFeed(ctx context.Context, ls ...upstream.Listing) {
+	if c.trust == nil || len(ls) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, UnpublishedWait)
+	defer cancel()
+	for _, l := range ls {
+		for {
+			applied, err := feedCall(c, ctx, func(ctx context.Context) (bool, error) {
+				return c.trust.feed.Applied(ctx, l.ID, l.Revision)
+			})
+			if err == nil && applied {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				c.log.WarnContext(ctx, "write returned before the change feed applied it",
+					"listing", l.ID, "revision", l.Revision, "wait", UnpublishedWait.String())
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+}

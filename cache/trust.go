@@ -33,6 +33,7 @@ type FeedView interface {
 	Position(ctx context.Context) (upstream.FeedPosition, error)
 	Unapplied(ctx context.Context, upTo int64, limit int) ([]upstream.Change, error)
 	CaughtUp(ctx context.Context, upTo int64) (bool, error)
+	Applied(ctx context.Context, listingID, revision int64) (bool, error)
 	Settle(ctx context.Context, redisIdentity string, versions []upstream.Settled) error
 }
 

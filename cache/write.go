@@ -60,6 +60,9 @@ func (c *Cache) Import(ctx context.Context, ls []upstream.Listing) ([]Written, e
 		items[i] = invalidationOf(l, l.Revision)
 	}
 	published = c.announced(ctx, items...) && published
+	if !published {
+		c.awaitFeed(ctx, stored...)
+	}
 	for i := range ws {
 		ws[i].published, ws[i].identity = published, identity
 	}
@@ -90,6 +93,9 @@ func (c *Cache) Replace(ctx context.Context, current, next upstream.Listing) (Wr
 		return Written{}, err
 	}
 	published := c.announced(ctx, invalidationOf(stored, stored.Revision)) && ok && trusted
+	if !published {
+		c.awaitFeed(ctx, stored)
+	}
 	return Written{Listing: stored, Entry: e, published: published, identity: identity}, nil
 }
 
@@ -115,6 +121,9 @@ func (c *Cache) Delete(ctx context.Context, current upstream.Listing) (Written, 
 	}
 	c.applyInvalidations([]Invalidation{invalidationOf(gone, gone.Revision)})
 	published = c.announced(ctx, invalidationOf(gone, gone.Revision)) && published
+	if !published {
+		c.awaitFeed(ctx, gone)
+	}
 	return Written{Listing: gone, published: published, identity: identity}, nil
 }
 

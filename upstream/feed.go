@@ -78,6 +78,9 @@ type Feed interface {
 	Unapplied(ctx context.Context, upTo int64, limit int) ([]Change, error)
 	// CaughtUp reports whether every change up to upTo was applied.
 	CaughtUp(ctx context.Context, upTo int64) (bool, error)
+	// Applied reports whether every change of the listing up to revision
+	// was applied: no cache tier holds an older version any more.
+	Applied(ctx context.Context, listingID, revision int64) (bool, error)
 	// Settle marks the changes that wrote these versions applied and done,
 	// if they are not yet, provided the consumer's Redis is still
 	// redisIdentity: the writer published to that Redis itself.

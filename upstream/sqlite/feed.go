@@ -61,6 +61,10 @@ func (s *Store) CaughtUp(ctx context.Context, upTo int64) (bool, error) {
 	return s.feed.CaughtUp(ctx, upTo)
 }
 
+func (s *Store) Applied(ctx context.Context, listingID, revision int64) (bool, error) {
+	return s.feed.Applied(ctx, listingID, revision)
+}
+
 func (s *Store) Settle(ctx context.Context, redisIdentity string, versions []upstream.Settled) error {
 	return s.feed.Settle(ctx, redisIdentity, versions)
 }

@@ -385,6 +385,15 @@ func testFeedSettle(t *testing.T, s FeedStore, _ Exec) {
 	if caught, err := s.CaughtUp(ctx, cs[0].Seq-1); err != nil || !caught {
 		t.Fatalf("CaughtUp(before b) = %v, %v; want true", caught, err)
 	}
+	if applied, err := s.Applied(ctx, a.ID, 1); err != nil || !applied {
+		t.Fatalf("Applied(a, 1) = %v, %v; want true: settled", applied, err)
+	}
+	if applied, err := s.Applied(ctx, b.ID, 0); err != nil || !applied {
+		t.Fatalf("Applied(b, 0) = %v, %v; want true: no change of b up to revision 0", applied, err)
+	}
+	if applied, err := s.Applied(ctx, b.ID, 1); err != nil || applied {
+		t.Fatalf("Applied(b, 1) = %v, %v; want false", applied, err)
+	}
 	if caught, err := s.CaughtUp(ctx, p.LastSeq); err != nil || caught {
 		t.Fatalf("CaughtUp(all) = %v, %v; want false", caught, err)
 	}

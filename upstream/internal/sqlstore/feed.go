@@ -105,6 +105,18 @@ func (f *Feed) CaughtUp(ctx context.Context, upTo int64) (bool, error) {
 	return !behind, nil
 }
 
+// Applied reports whether every change of the listing up to revision
+// was applied.
+func (f *Feed) Applied(ctx context.Context, listingID, revision int64) (bool, error) {
+	var behind bool
+	err := f.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM listing_changes
+		WHERE done_at IS NULL AND applied_at IS NULL AND listing_id = $1 AND revision <= $2)`, listingID, revision).Scan(&behind)
+	if err != nil {
+		return false, fmt.Errorf("listing change applied: %w", err)
+	}
+	return !behind, nil
+}
+
 // Settle marks the changes that wrote these versions applied and done,
 // while the adopted Redis is redisIdentity.
 func (f *Feed) Settle(ctx context.Context, redisIdentity string, versions []upstream.Settled) error {
