@@ -13,7 +13,6 @@ package cache
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +35,8 @@ import (
 type Source interface {
 	ListingByID(ctx context.Context, id int64) (upstream.Listing, error)
 	ListingByNumber(ctx context.Context, firmID, no int64) (upstream.Listing, error)
+	EncodedByID(ctx context.Context, id int64) (upstream.Encoded, error)
+	EncodedByNumber(ctx context.Context, firmID, no int64) (upstream.Encoded, error)
 	ImportListings(ctx context.Context, ls []upstream.Listing) ([]upstream.Listing, error)
 	UpdateListing(ctx context.Context, l upstream.Listing) (upstream.Listing, error)
 	DeleteListing(ctx context.Context, firmID, id int64) (upstream.Listing, error)
@@ -407,12 +408,12 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 	}
 
 	c.loads.Add(1)
-	var l upstream.Listing
+	var e upstream.Encoded
 	var err error
 	if k.ID > 0 {
-		l, err = c.src.ListingByID(ctx, k.ID)
+		e, err = c.src.EncodedByID(ctx, k.ID)
 	} else {
-		l, err = c.src.ListingByNumber(ctx, k.FirmID, k.No)
+		e, err = c.src.EncodedByNumber(ctx, k.FirmID, k.No)
 	}
 	switch {
 	case errors.Is(err, upstream.ErrNotFound):
@@ -426,11 +427,8 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 		return loaded{}, err
 	}
 
-	r, err := c.recordOf(l)
-	if err != nil {
-		return loaded{}, err
-	}
-	names := c.names(l)
+	r := c.recordOfEncoded(e)
+	names := [2]string{ByID(e.ID).name(c.cfg.Prefix), ByNumber(e.FirmID, e.No).name(c.cfg.Prefix)}
 	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, names[:]...)
 	return loaded{r, Miss}, nil
 }
@@ -529,24 +527,28 @@ func (c *Cache) names(l upstream.Listing) [2]string {
 }
 
 func (c *Cache) recordOf(l upstream.Listing) (record, error) {
-	body, err := json.Marshal(l)
+	e, err := upstream.Encode(l)
 	if err != nil {
-		return record{}, fmt.Errorf("encode listing %d: %w", l.ID, err)
+		return record{}, err
 	}
+	return c.recordOfEncoded(e), nil
+}
+
+func (c *Cache) recordOfEncoded(e upstream.Encoded) record {
 	k := kindPassive
-	if l.IsActive {
+	if e.Active {
 		k = kindActive
 	}
 	return record{
-		revision:   l.Revision,
+		revision:   e.Revision,
 		freshUntil: c.until(c.cfg.Fresh),
-		id:         l.ID,
-		firmID:     l.FirmID,
-		no:         l.No,
+		id:         e.ID,
+		firmID:     e.FirmID,
+		no:         e.No,
 		kind:       k,
-		etag:       etagOf(body),
-		body:       body,
-	}, nil
+		etag:       e.ETag,
+		body:       e.Body,
+	}
 }
 
 func (c *Cache) until(d time.Duration) int64 {

@@ -120,6 +120,21 @@ func (s *source) ListingByNumber(ctx context.Context, firmID, no int64) (upstrea
 	return s.find(ctx, func(l upstream.Listing) bool { return l.FirmID == firmID && l.No == no })
 }
 
+func (s *source) EncodedByID(ctx context.Context, id int64) (upstream.Encoded, error) {
+	return encoded(s.ListingByID(ctx, id))
+}
+
+func (s *source) EncodedByNumber(ctx context.Context, firmID, no int64) (upstream.Encoded, error) {
+	return encoded(s.ListingByNumber(ctx, firmID, no))
+}
+
+func encoded(l upstream.Listing, err error) (upstream.Encoded, error) {
+	if err != nil {
+		return upstream.Encoded{}, err
+	}
+	return upstream.Encode(l)
+}
+
 func (s *source) fail(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

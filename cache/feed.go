@@ -128,9 +128,12 @@ func (c *Cache) changeWrites(ch Change) ([]keyWrite, []Invalidation, error) {
 	default:
 		l := st.Listing
 		current = ByNumber(l.FirmID, l.No)
-		r, err := c.recordOf(l)
-		if err != nil {
-			return nil, nil, err
+		r := c.recordOfEncoded(st.Encoded)
+		if st.Encoded.Body == nil {
+			var err error
+			if r, err = c.recordOf(l); err != nil {
+				return nil, nil, err
+			}
 		}
 		for _, k := range []Key{ByID(id), current} {
 			writes = append(writes, keyWrite{name: k.name(c.cfg.Prefix), value: r, ttl: kept, ifCached: true, floor: floorOf(k)})

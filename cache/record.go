@@ -2,8 +2,6 @@ package cache
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"math/bits"
 	"strconv"
@@ -45,15 +43,6 @@ var (
 	errCorrupt = errors.New("corrupt cache record")
 	errForeign = errors.New("cache record of another listing")
 )
-
-// etagOf returns a strong entity tag derived from the body bytes.
-func etagOf(body []byte) []byte {
-	sum := sha256.Sum256(body)
-	tag := make([]byte, 0, 2+base64.RawURLEncoding.EncodedLen(16))
-	tag = append(tag, '"')
-	tag = base64.RawURLEncoding.AppendEncode(tag, sum[:16])
-	return append(tag, '"')
-}
 
 func (r record) encode() []byte {
 	b := make([]byte, 0, 64+len(r.etag)+len(r.body))

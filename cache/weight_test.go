@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/realty-gateway/gateway/upstream"
 )
 
 // heapPerEntry fills a tier with n entries through put and returns the
@@ -20,7 +22,7 @@ func heapPerEntry(t *testing.T, n int, put func(i int, r record) uint32) (heap, 
 		// As a Redis hit leaves it: the record's slices point into the
 		// value read.
 		r, err := decodeRecord(record{revision: 1, id: int64(i + 1), firmID: 1, no: int64(i + 1), kind: kindActive,
-			etag: etagOf([]byte(body)), body: []byte(body), freshUntil: time.Now().Add(time.Hour).UnixMilli()}.encode())
+			etag: upstream.ETag([]byte(body)), body: []byte(body), freshUntil: time.Now().Add(time.Hour).UnixMilli()}.encode())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -175,6 +175,20 @@ func (s *storeSwitch) ListingByNumber(ctx context.Context, firmID, no int64) (up
 	return s.Guarded.ListingByNumber(ctx, firmID, no)
 }
 
+func (s *storeSwitch) EncodedByID(ctx context.Context, id int64) (upstream.Encoded, error) {
+	if err := s.fail(); err != nil {
+		return upstream.Encoded{}, err
+	}
+	return s.Guarded.EncodedByID(ctx, id)
+}
+
+func (s *storeSwitch) EncodedByNumber(ctx context.Context, firmID, no int64) (upstream.Encoded, error) {
+	if err := s.fail(); err != nil {
+		return upstream.Encoded{}, err
+	}
+	return s.Guarded.EncodedByNumber(ctx, firmID, no)
+}
+
 func (s *storeSwitch) ImportListings(ctx context.Context, ls []upstream.Listing) ([]upstream.Listing, error) {
 	if err := s.fail(); err != nil {
 		return nil, err

@@ -47,6 +47,8 @@ func (c Change) Moved() bool { return c.OldFirmID != 0 || c.OldNo != 0 }
 // and revision), or nothing (Gone: the row was removed).
 type ListingState struct {
 	Listing Listing
+	// Encoded is the live listing's response, kept by the store.
+	Encoded Encoded
 	Deleted bool
 	Gone    bool
 }

@@ -69,6 +69,18 @@ func (g *Guarded) ListingByNumber(ctx context.Context, firmID, no int64) (Listin
 	})
 }
 
+func (g *Guarded) EncodedByID(ctx context.Context, id int64) (Encoded, error) {
+	return guard(ctx, g, "listing_by_id", func(ctx context.Context) (Encoded, error) {
+		return g.store.EncodedByID(ctx, id)
+	})
+}
+
+func (g *Guarded) EncodedByNumber(ctx context.Context, firmID, no int64) (Encoded, error) {
+	return guard(ctx, g, "listing_by_number", func(ctx context.Context) (Encoded, error) {
+		return g.store.EncodedByNumber(ctx, firmID, no)
+	})
+}
+
 func (g *Guarded) FirmByKeyDigest(ctx context.Context, digest []byte) (Firm, error) {
 	return guard(ctx, g, "firm_by_key", func(ctx context.Context) (Firm, error) {
 		return g.store.FirmByKeyDigest(ctx, digest)

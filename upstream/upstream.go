@@ -223,6 +223,11 @@ type Store interface {
 	// such listing.
 	ListingByID(ctx context.Context, id int64) (Listing, error)
 	ListingByNumber(ctx context.Context, firmID, no int64) (Listing, error)
+	// EncodedByID and EncodedByNumber return what a read answers: the
+	// stored response body where it is current, else the listing encoded
+	// afresh (and stored, for the next read).
+	EncodedByID(ctx context.Context, id int64) (Encoded, error)
+	EncodedByNumber(ctx context.Context, firmID, no int64) (Encoded, error)
 
 	// FirmByKeyDigest finds the firm whose API key has this SHA-256 digest.
 	FirmByKeyDigest(ctx context.Context, digest []byte) (Firm, error)

@@ -46,7 +46,7 @@ func TestFeed(t *testing.T) {
 
 // schemaVersions are the versions a database this build has opened records:
 // one for each step in migrations/.
-var schemaVersions = []int{1, 2, 3, 4, 5}
+var schemaVersions = []int{1, 2, 3, 4, 5, 6}
 
 // connect opens a connection to the database at url, beside any store
 // open on it, and closes it when the test ends.
@@ -312,4 +312,13 @@ func TestFeedTriggerForAnyWriter(t *testing.T) {
 	if len(cs) != 3 || cs[1].Revision != 2 || !cs[2].Deleted || cs[2].Revision != 3 {
 		t.Fatalf("changes %+v; want the import, the app's update (revision 2) and its delete (3)", cs)
 	}
+}
+
+func BenchmarkRead(b *testing.B) {
+	s, err := postgres.Open(context.Background(), testenv.PostgresURL(b), postgres.Options{MaxConns: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchRead(b, s)
 }

@@ -42,7 +42,7 @@ func TestFeed(t *testing.T) {
 
 // schemaVersion is the user_version of a file this build has opened: the
 // number of steps in migrations/.
-const schemaVersion = 5
+const schemaVersion = 6
 
 // openRaw opens the file at path beside any store open on it, as an older
 // release or an operator would, and closes it when the test ends.
@@ -325,4 +325,13 @@ INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, docume
 	if !cs[3].Deleted || cs[2].VisibleAfter || !cs[1].VisibleAfter {
 		t.Fatalf("changes %+v: want the update visible, the deactivation not, the removal deleted", cs)
 	}
+}
+
+func BenchmarkRead(b *testing.B) {
+	s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "gateway.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchRead(b, s)
 }

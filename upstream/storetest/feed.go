@@ -3,7 +3,9 @@ package storetest
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +36,7 @@ func RunFeed(t *testing.T, open func(t *testing.T) (FeedStore, Exec)) {
 		{"ApplyAndPrune", testFeedApplyAndPrune},
 		{"AdoptReplays", testFeedAdoptReplays},
 		{"Settle", testFeedSettle},
+		{"StoredBodies", testStoredBodies},
 	}
 	for _, tt := range suite {
 		t.Run(tt.name, func(t *testing.T) {
@@ -399,5 +402,121 @@ func testFeedSettle(t *testing.T, s FeedStore, _ Exec) {
 	}
 	if unpurged, err := fs.Unpurged(ctx, 0, 100); err != nil || len(unpurged) != 0 {
 		t.Fatalf("Unpurged = %+v, %v; want none: a settled change is done", unpurged, err)
+	}
+}
+
+// testStoredBodies: a write keeps the listing's response body with it; a
+// read answers the kept body while it is current, byte for byte what
+// encoding the listing gives; a write by another writer makes it stale, and
+// the read after it encodes the row again and keeps the result, without
+// recording a change.
+func testStoredBodies(t *testing.T, s FeedStore, exec Exec) {
+	ctx := context.Background()
+	f := seed(t, s)
+	a := seedActive(t, s, f)
+	// kept reports whether a read answers what the row keeps: it marks the
+	// kept tag and reads.
+	kept := func() bool {
+		t.Helper()
+		if err := exec(ctx, `UPDATE listings SET etag = '"marked"' WHERE id = $1`, a.ID); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.EncodedByID(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.ETag) == `"marked"` {
+			if err := exec(ctx, `UPDATE listings SET etag = $1 WHERE id = $2`, string(upstream.ETag(got.Body)), a.ID); err != nil {
+				t.Fatal(err)
+			}
+			return true
+		}
+		return false
+	}
+	requireEncoded := func(what string) upstream.Encoded {
+		t.Helper()
+		l, err := s.ListingByID(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := upstream.Encode(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, read := range []func() (upstream.Encoded, error){
+			func() (upstream.Encoded, error) { return s.EncodedByID(ctx, a.ID) },
+			func() (upstream.Encoded, error) { return s.EncodedByNumber(ctx, a.FirmID, a.No) },
+		} {
+			got, err := read()
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s: read\n%+v\nwant the listing encoded\n%+v", what, got, want)
+			}
+		}
+		return want
+	}
+	last := func() int64 {
+		t.Helper()
+		p, err := s.Position(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.LastSeq
+	}
+
+	if !kept() {
+		t.Fatal("the import kept no body")
+	}
+	requireEncoded("after the import")
+
+	before := last()
+	if err := exec(ctx, `UPDATE listings SET is_active = $1 WHERE id = $2`, false, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if last() == before {
+		t.Fatal("another writer's UPDATE was not recorded")
+	}
+	// The feed's consumer reads the changed row: it encodes it and keeps
+	// the body.
+	fs := mustAcquire(t, s)
+	states, err := fs.Listings(ctx, []int64{a.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !kept() {
+		t.Fatal("the consumer's read kept no body")
+	}
+	if e := requireEncoded("after another writer's UPDATE"); !reflect.DeepEqual(states[a.ID].Encoded, e) || e.Active {
+		t.Fatalf("the consumer read %+v; want %+v, not active", states[a.ID].Encoded, e)
+	}
+
+	// A miss does the same.
+	if err := exec(ctx, `UPDATE listings SET is_active = $1 WHERE id = $2`, true, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if e := requireEncoded("after another writer's second UPDATE"); !e.Active {
+		t.Fatal("encoded passive after is_active = true")
+	}
+	recorded := last()
+	if !kept() {
+		t.Fatal("the read after another writer's UPDATE kept no body")
+	}
+	requireEncoded("read again")
+	if got := last(); got != recorded {
+		t.Fatalf("keeping bodies recorded changes up to %d (was %d); want none", got, recorded)
+	}
+
+	next := a
+	next.Title = "Replaced"
+	if _, err := s.UpdateListing(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if !kept() {
+		t.Fatal("UpdateListing kept no body")
+	}
+	if e := requireEncoded("after UpdateListing"); !strings.Contains(string(e.Body), `"title":"Replaced"`) {
+		t.Fatalf("body after UpdateListing: %s", e.Body)
 	}
 }

@@ -194,34 +194,51 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 		return out, nil
 	}
 	in, args := inList(ids, 0)
-	rows, err := s.db.Query(ctx, `SELECT id, firm_id, no, firm_user_id, is_active, revision, deleted, document
+	rows, err := s.db.Query(ctx, `SELECT id, firm_id, no, firm_user_id, is_active, revision, deleted, document,
+		CASE WHEN body_revision = revision THEN body END, CASE WHEN body_revision = revision THEN etag END
 		FROM listings WHERE id IN (`+in+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("changed listings: %w", err)
 	}
 	defer rows.Close()
+	var encoded []upstream.Encoded // to keep: made here
 	for rows.Next() {
 		var (
-			st  upstream.ListingState
-			c   columns
-			doc []byte
+			st        upstream.ListingState
+			c         columns
+			doc, body []byte
+			etag      *string
 		)
-		if err := rows.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &st.Deleted, &doc); err != nil {
+		if err := rows.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &st.Deleted, &doc, &body, &etag); err != nil {
 			return nil, fmt.Errorf("changed listings: %w", err)
 		}
 		if !st.Deleted {
 			st.Listing, err = c.listing(doc)
+		}
+		if err == nil && !st.Deleted {
+			if body != nil && etag != nil {
+				st.Encoded = upstream.Encoded{ID: c.id, FirmID: c.firmID, No: c.no, Revision: c.revision, Active: c.active, Body: body, ETag: []byte(*etag)}
+			} else if st.Encoded, err = upstream.Encode(st.Listing); err == nil {
+				encoded = append(encoded, st.Encoded)
+			}
 		}
 		if st.Deleted || err != nil {
 			// A document that does not decode is cached nowhere: reads
 			// meet it in the store.
 			st.Gone = err != nil
 			st.Listing = upstream.Listing{ID: c.id, FirmID: c.firmID, No: c.no, Revision: c.revision}
+			st.Encoded = upstream.Encoded{}
 		}
 		out[c.id] = st
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("changed listings: %w", err)
+	}
+	rows.Close()
+	for _, e := range encoded { // the next miss of each serves these
+		if err := s.db.Exec(ctx, storeBody, e.Body, string(e.ETag), e.Revision, e.ID); err != nil {
+			return nil, fmt.Errorf("keep listing body: %w", err)
+		}
 	}
 	for _, id := range ids {
 		if _, ok := out[id]; !ok {

@@ -73,6 +73,78 @@ func (s *Store) ListingByNumber(ctx context.Context, firmID, no int64) (upstream
 	return l, nil
 }
 
+func (s *Store) EncodedByID(ctx context.Context, id int64) (upstream.Encoded, error) {
+	e, err := s.encoded(ctx, s.e.Lookups.QueryRow(ctx,
+		`SELECT `+encodedColumns+` FROM listings WHERE id = $1 AND NOT deleted`, id))
+	if err != nil {
+		return upstream.Encoded{}, fmt.Errorf("listing %d: %w", id, err)
+	}
+	return e, nil
+}
+
+func (s *Store) EncodedByNumber(ctx context.Context, firmID, no int64) (upstream.Encoded, error) {
+	e, err := s.encoded(ctx, s.e.Lookups.QueryRow(ctx,
+		`SELECT `+encodedColumns+` FROM listings WHERE firm_id = $1 AND no = $2 AND NOT deleted`, firmID, no))
+	if err != nil {
+		return upstream.Encoded{}, fmt.Errorf("listing %s: %w", upstream.ListingNumber(firmID, no), err)
+	}
+	return e, nil
+}
+
+// encodedColumns are what a read of a response selects: the stored body
+// and tag where they were made from this revision, else the document to
+// make them from.
+const encodedColumns = `id, firm_id, no, firm_user_id, is_active, revision,
+	CASE WHEN body_revision = revision THEN body END,
+	CASE WHEN body_revision = revision THEN etag END,
+	CASE WHEN body_revision = revision THEN NULL ELSE document END`
+
+// encoded reads a row of encodedColumns. A row without a current body (an
+// import before bodies were kept, a write by another writer) is encoded
+// from its document and columns, and the body stored for the next read,
+// under the revision it was made from: the statement names no column that
+// the change feed's triggers watch, so it records no change.
+func (s *Store) encoded(ctx context.Context, row Row) (upstream.Encoded, error) {
+	var (
+		c         columns
+		body, doc []byte
+		etag      *string
+	)
+	if err := row.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &body, &etag, &doc); err != nil {
+		return upstream.Encoded{}, notFound(err)
+	}
+	if body != nil && etag != nil {
+		return upstream.Encoded{ID: c.id, FirmID: c.firmID, No: c.no, Revision: c.revision, Active: c.active,
+			Body: body, ETag: []byte(*etag)}, nil
+	}
+	l, err := c.listing(doc)
+	if err != nil {
+		return upstream.Encoded{}, err
+	}
+	e, err := upstream.Encode(l)
+	if err != nil {
+		return upstream.Encoded{}, err
+	}
+	// Best effort: a failure costs the next read the same work.
+	_ = s.e.DB.Exec(ctx, storeBody, e.Body, string(e.ETag), e.Revision, e.ID)
+	return e, nil
+}
+
+// storeBody keeps a listing's response body with it, made from revision
+// $3, unless the row has changed since.
+const storeBody = `UPDATE listings SET body = $1, etag = $2, body_revision = $3 WHERE id = $4 AND revision = $3`
+
+// encodeStored returns the body that a read of l, stored with doc as its
+// document, answers.
+func encodeStored(l upstream.Listing, doc []byte) (upstream.Encoded, error) {
+	c := columns{id: l.ID, firmID: l.FirmID, no: l.No, firmUserID: l.FirmUserID, active: l.IsActive, revision: l.Revision}
+	read, err := c.listing(doc)
+	if err != nil {
+		return upstream.Encoded{}, err
+	}
+	return upstream.Encode(read)
+}
+
 // listingColumns are what a read of a listing selects: the columns that
 // are searched and checked, and the document with the rest.
 const listingColumns = `id, firm_id, no, firm_user_id, is_active, revision, document`
@@ -111,8 +183,13 @@ func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing) (upstream
 		if err != nil {
 			return fmt.Errorf("encode: %w", err)
 		}
-		return tx.Exec(ctx, `UPDATE listings SET is_active = $1, revision = $2, document = $3 WHERE id = $4`,
-			next.IsActive, next.Revision, string(doc), next.ID)
+		e, err := encodeStored(next, doc)
+		if err != nil {
+			return err
+		}
+		return tx.Exec(ctx, `UPDATE listings SET is_active = $1, revision = $2, document = $3,
+			body = $4, etag = $5, body_revision = $2 WHERE id = $6`,
+			next.IsActive, next.Revision, string(doc), e.Body, string(e.ETag), next.ID)
 	})
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("update listing %d of firm %d: %w", l.ID, l.FirmID, err)
@@ -246,7 +323,23 @@ func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) ([]up
 			}
 		}
 		out, err = importListings(ctx, importTx{tx: tx, constraintError: s.e.ConstraintError}, ls, time.Now().UnixMilli())
-		return err
+		if err != nil {
+			return err
+		}
+		for _, l := range out {
+			doc, err := json.Marshal(l)
+			if err != nil {
+				return fmt.Errorf("encode: %w", err)
+			}
+			e, err := encodeStored(l, doc)
+			if err != nil {
+				return err
+			}
+			if err := tx.Exec(ctx, storeBody, e.Body, string(e.ETag), e.Revision, e.ID); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	var ie *upstream.ImportError
 	switch {
