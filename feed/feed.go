@@ -271,6 +271,7 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 	}
 	lastBacklog, lastPrune, lastOrphans := time.Time{}, time.Now(), time.Time{}
 	var redisDownSince time.Time
+	var backfillAfter int64 // -1 once every listing's body is kept
 	for ctx.Err() == nil {
 		now := time.Now()
 		if c.deps.Redis && c.cfg.Enabled {
@@ -300,6 +301,11 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 		full, err := w.step(ctx, adopted != "" || !c.deps.Redis || !c.cfg.Enabled)
 		if err != nil {
 			return err
+		}
+		if !full && backfillAfter >= 0 {
+			if backfillAfter, err = w.backfill(ctx, backfillAfter); err != nil {
+				return err
+			}
 		}
 		if now.Sub(lastBacklog) >= backlogEvery {
 			if err := c.readBacklog(ctx, s); err != nil {
@@ -613,4 +619,27 @@ func seqsOf(changes []upstream.Change) []int64 {
 		out[i] = ch.Seq
 	}
 	return out
+}
+
+// backfillBatch is how many listings one idle poll gives a body.
+const backfillBatch = 200
+
+// backfill keeps the response body of the next listings after id after
+// that lack a current one (written before bodies were kept, or by another
+// writer whose change was applied before), so that their misses do no
+// JSON work. It returns where to go on, -1 once none is left.
+func (w *worker) backfill(ctx context.Context, after int64) (int64, error) {
+	ids, err := call(ctx, w.s, func(ctx context.Context) ([]int64, error) { return w.s.StaleBodies(ctx, after, backfillBatch) })
+	if err == nil && len(ids) > 0 {
+		_, err = call(ctx, w.s, func(ctx context.Context) (map[int64]upstream.ListingState, error) { return w.s.Listings(ctx, ids) })
+	}
+	if err != nil {
+		w.errors[StageStore].Add(1)
+		return after, err
+	}
+	if len(ids) < backfillBatch {
+		w.log.Debug("listing bodies kept", "upTo", after)
+		return -1, nil
+	}
+	return ids[len(ids)-1], nil
 }

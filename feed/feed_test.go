@@ -238,3 +238,47 @@ func TestMerge(t *testing.T) {
 		t.Fatalf("listing 8 merged as %+v; want a hard purge (it became visible), not replayed", *b)
 	}
 }
+
+// TestConsumerKeepsBodies: listings without a current response body
+// (written before bodies were kept) get one from the consumer, batch by
+// batch, without any change recorded; deleted ones get none.
+func TestConsumerKeepsBodies(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	more := make([]upstream.Listing, 2*backfillBatch+10)
+	for i := range more {
+		more[i] = upstream.Listing{Title: "older", FirmID: f.listing.FirmID, FirmUserID: f.listing.FirmUserID, IsActive: true}
+	}
+	if _, err := f.store.ImportListings(ctx, more); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.raw.Exec(`UPDATE listings SET body = NULL, etag = NULL, body_revision = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.raw.Exec(`UPDATE listings SET deleted = 1 WHERE id = ?`, f.listing.ID); err != nil {
+		t.Fatal(err)
+	}
+	stale := func() int {
+		var n int
+		if err := f.raw.QueryRow(`SELECT count(*) FROM listings WHERE NOT deleted AND (body_revision IS NULL OR body_revision <> revision)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Nothing for the consumer to apply: the bodies are all it has to do.
+	if _, err := f.raw.Exec(`UPDATE listing_changes SET applied_at = 1, done_at = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if n := stale(); n != len(more) {
+		t.Fatalf("%d listings without a body; want %d", n, len(more))
+	}
+	f.consumer(t, fastConfig(), nil)
+	testenv.WaitFor(t, func() bool { return stale() == 0 })
+	if n := f.count(t, "1 = 1"); n != 1+len(more)+1 { // the imports and the delete
+		t.Fatalf("%d changes recorded; want %d: keeping bodies records none", n, 2+len(more))
+	}
+	var body []byte
+	if err := f.raw.QueryRow(`SELECT body FROM listings WHERE deleted`).Scan(&body); err != nil || body != nil {
+		t.Fatalf("deleted listing's body %q, %v; want none", body, err)
+	}
+}

@@ -105,8 +105,12 @@ type FeedSession interface {
 	// Unpurged returns up to limit changes applied at least after ago
 	// but not yet done.
 	Unpurged(ctx context.Context, after time.Duration, limit int) ([]Change, error)
-	// Listings reads the current state of these listing ids.
+	// Listings reads the current state of these listing ids, keeping the
+	// response body of each live one whose body is not current.
 	Listings(ctx context.Context, ids []int64) (map[int64]ListingState, error)
+	// StaleBodies returns up to limit ids above after, in order, of live
+	// listings whose kept response body is missing or older than the row.
+	StaleBodies(ctx context.Context, after int64, limit int) ([]int64, error)
 	// MarkApplied marks changes applied, and done as well when done is set.
 	MarkApplied(ctx context.Context, seqs []int64, done bool) error
 	// MarkDone marks changes done.

@@ -248,6 +248,28 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 	return out, nil
 }
 
+func (s *Session) StaleBodies(ctx context.Context, after int64, limit int) ([]int64, error) {
+	rows, err := s.db.Query(ctx, `SELECT id FROM listings
+		WHERE id > $1 AND NOT deleted AND (body_revision IS NULL OR body_revision <> revision)
+		ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("stale bodies: %w", err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("stale bodies: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("stale bodies: %w", err)
+	}
+	return ids, nil
+}
+
 func (s *Session) MarkApplied(ctx context.Context, seqs []int64, done bool) error {
 	set := `applied_at = COALESCE(applied_at, ` + s.now + `)`
 	if done {
