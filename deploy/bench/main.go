@@ -72,12 +72,12 @@ func main() {
 	flag.IntVar(&opts.memoryListings, "memory-listings", 100_000, "with -memory: listings read once each")
 	flag.BoolVar(&opts.profile, "profile", true, "with -miss: record a profile of each miss case with perf")
 	flag.StringVar(&opts.db, "db", "", "PostgreSQL database to use and keep (created and seeded where missing); empty: a new one, dropped at the end")
-	quick := flag.Bool("quick", false, "a quick look: -reps 1 -duration 2s, 10,000 listings (20,000 for -longtail), no scaling or pinned run")
+	quick := flag.Bool("quick", false, "a quick look: -reps 1 -duration 2s, 30,000 listings (20,000 for -longtail, 10,000 for -memory), no scaling or pinned run")
 	flag.Parse()
 	if *quick {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]string{"reps": "1", "duration": "2s", "listings": "10000", "longtail-listings": "20000",
+		for name, v := range map[string]string{"reps": "1", "duration": "2s", "listings": "30000", "longtail-listings": "20000",
 			"memory-listings": "10000", "skip-pinned": "true"} {
 			if !set[name] {
 				_ = flag.Set(name, v)

@@ -39,6 +39,12 @@ func (l *lab) missSection(ctx context.Context, w *strings.Builder, res map[strin
 		fmt.Fprintf(w, "| %s | %.0f | %s | %.2f | %s | %s | %s | %.2f× | %d, %d |\n", name, r.rps, ms(r.p99), loads,
 			us(r.cpuPerRequest), us(r.pgPerRequest), redis, r.storeCPUShare, r.errors, r.non2xx)
 	}
+	for _, name := range missCases {
+		if r := median(res[name]); r.requests > 0 && float64(r.tiers.loads) < 0.95*float64(r.requests) {
+			fmt.Fprintf(w, "\n**%s: only %d of %d requests were store reads: the walk wrapped around the %d listings within a run; raise -listings.**\n",
+				name, r.tiers.loads, r.requests, l.opts.listings)
+		}
+	}
 	w.WriteString("\n| target | value | verdict |\n|---|---:|---|\n")
 	missTargetRows(w, res)
 	trusted := "—"
@@ -117,7 +123,7 @@ func (l *lab) profile(ctx context.Context, s *server, d time.Duration) (flat, cu
 	if flat, err = report(false, 12); err != nil {
 		return nil, nil, err
 	}
-	cum, err = report(true, 16)
+	cum, err = report(true, 20)
 	return flat, cum, err
 }
 
