@@ -169,6 +169,12 @@ func ensureTools(all bool) error {
 		return nil
 	}
 	log.Printf("installing %v", missing)
+	before := map[int]bool{}
+	for _, name := range []string{"nginx", "varnishd", "cache-main"} {
+		for _, pid := range pidsOf(name) {
+			before[pid] = true
+		}
+	}
 	if out, err := exec.Command("apt-get", "update", "-qq").CombinedOutput(); err != nil {
 		return fmt.Errorf("apt-get update: %w\n%s", err, out)
 	}
@@ -177,8 +183,14 @@ func ensureTools(all bool) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("apt-get install %v: %w\n%s", missing, err, out)
 	}
-	// Debian starts the packages' own services; they are not ours.
-	_ = exec.Command("pkill", "-x", "nginx").Run()
-	_ = exec.Command("pkill", "-x", "varnishd").Run()
+	// Debian starts the packages' own services; they are not ours. Only
+	// those the install started are stopped, by their ids.
+	for _, name := range []string{"nginx", "varnishd", "cache-main"} {
+		for _, pid := range pidsOf(name) {
+			if !before[pid] {
+				_ = syscall.Kill(pid, syscall.SIGTERM)
+			}
+		}
+	}
 	return nil
 }
