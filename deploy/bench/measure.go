@@ -277,7 +277,7 @@ func (l *lab) header(w *strings.Builder) {
 	fmt.Fprintf(w, "# Gateway benchmark\n\n`go run ./deploy/bench %s` on %s; %d CPUs (%s); %s.\n",
 		strings.Join(os.Args[1:], " "), time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), model, runtime.Version())
 	if l.body != nil {
-		fmt.Fprintf(w, "The hot listing is %d bytes; ", len(l.body))
+		fmt.Fprintf(w, "The hot listing is %d bytes. ", len(l.body))
 	}
 	w.WriteString("Every gateway request carries a valid JWT. All servers on 127.0.0.1, wrk on the same machine.\n")
 }
