@@ -209,7 +209,7 @@ func (l *lab) seed(ctx context.Context) error {
 	if err := l.importPG(ctx, 1, max(n, 1), photosOf); err != nil {
 		return err
 	}
-	if err := l.importSQLite(ctx, 1, 1, photosOf); err != nil {
+	if err := l.importSQLite(ctx, "embedded.db", 1, 1, photosOf); err != nil {
 		return err
 	}
 	return l.flushRedis(ctx)
@@ -217,8 +217,12 @@ func (l *lab) seed(ctx context.Context) error {
 
 // embeddedEnv is the environment of a gateway on the embedded store,
 // without Redis.
-func (l *lab) embeddedEnv(extra ...string) []string {
-	return l.gatewayEnv(append([]string{"GATEWAY_STORE_URL=sqlite:" + filepath.Join(l.work, "embedded.db"), "GATEWAY_REDIS_URL="}, extra...)...)
+func (l *lab) embeddedEnv(extra ...string) []string { return l.sqliteEnv("embedded.db", extra...) }
+
+// sqliteEnv is the environment of a gateway on the SQLite store file (in
+// the work directory), without Redis.
+func (l *lab) sqliteEnv(file string, extra ...string) []string {
+	return l.gatewayEnv(append([]string{"GATEWAY_STORE_URL=sqlite:" + filepath.Join(l.work, file), "GATEWAY_REDIS_URL="}, extra...)...)
 }
 
 // pgSeeded reports whether the database has the bench's firm already (a
@@ -284,16 +288,17 @@ func (l *lab) importPG(ctx context.Context, from, to int, photos func(int) int) 
 	return err
 }
 
-// importSQLite imports listings from..to into the embedded store, and
+// importSQLite imports listings from..to into the SQLite store file, and
 // marks the changes its triggers recorded done, for the same reason.
-func (l *lab) importSQLite(ctx context.Context, from, to int, photos func(int) int) error {
+func (l *lab) importSQLite(ctx context.Context, file string, from, to int, photos func(int) int) error {
 	for at := from; at <= to; at += importBatch {
 		end := min(at+importBatch-1, to)
-		if _, err := l.admin(ctx, l.embeddedEnv(), strings.NewReader(listingsJSON(at, end, photos)), "listing", "import", "-"); err != nil {
+		if _, err := l.admin(ctx, l.sqliteEnv(file), strings.NewReader(listingsJSON(at, end, photos)), "listing", "import", "-"); err != nil {
 			return err
 		}
 	}
-	db, err := sql.Open("sqlite", filepath.Join(l.work, "embedded.db"))
+	// A gateway on the file may hold its lock a moment.
+	db, err := sql.Open("sqlite", filepath.Join(l.work, file)+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		return err
 	}

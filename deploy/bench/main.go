@@ -143,6 +143,9 @@ func run(ctx context.Context, opts options) error {
 	}
 	report, err := measure(ctx)
 	if err != nil {
+		if report != "" { // what the parts before the failure measured
+			fmt.Print(report)
+		}
 		return err
 	}
 	fmt.Print(report)

@@ -193,11 +193,11 @@ func (l *lab) measure(ctx context.Context) (string, error) {
 	var main map[string][]result
 	if l.opts.cases {
 		if err := l.warmUp(ctx, caseOrder, false); err != nil {
-			return "", err
+			return rep.String(), err
 		}
 		var err error
 		if main, err = l.rounds(ctx, l.opts.reps, false, caseOrder); err != nil {
-			return "", err
+			return rep.String(), err
 		}
 		fmt.Fprintf(&rep, "\n## Main run: wrk -t2 -c%d -d%v, %d interleaved repetitions, medians\n\n", l.opts.conns, l.opts.duration, l.opts.reps)
 		table(&rep, main, caseOrder)
@@ -207,43 +207,43 @@ func (l *lab) measure(ctx context.Context) (string, error) {
 		res := main
 		if res == nil {
 			if err := l.warmUp(ctx, missCases, false); err != nil {
-				return "", err
+				return rep.String(), err
 			}
 			var err error
 			if res, err = l.rounds(ctx, l.opts.reps, false, missCases); err != nil {
-				return "", err
+				return rep.String(), err
 			}
 		}
 		if err := l.missSection(ctx, &rep, res); err != nil {
-			return "", err
+			return rep.String(), err
 		}
 	}
 	if l.opts.cases && !l.opts.quick {
 		if err := l.scaling(ctx, &rep); err != nil {
-			return "", err
+			return rep.String(), err
 		}
 	}
 	if l.opts.memory {
 		if err := l.memory(ctx, &rep); err != nil {
-			return "", err
+			return rep.String(), err
 		}
 	}
 	if l.opts.longtail {
 		if err := l.longtailBench(ctx, &rep); err != nil {
-			return "", err
+			return rep.String(), err
 		}
 	}
 	if l.opts.cases && !l.opts.skipPinned {
 		log.Print("restarting the servers pinned to CPU 0, wrk on CPU 1")
 		if err := l.restart(ctx, true); err != nil {
-			return "", err
+			return rep.String(), err
 		}
 		if err := l.warmUp(ctx, caseOrder, true); err != nil {
-			return "", err
+			return rep.String(), err
 		}
 		pinned, err := l.rounds(ctx, min(l.opts.reps, 3), true, caseOrder)
 		if err != nil {
-			return "", err
+			return rep.String(), err
 		}
 		fmt.Fprintf(&rep, "\n## Pinned: servers on CPU 0 (GOMAXPROCS=1, one nginx worker, one Varnish pool), wrk -t1 -c%d on CPU 1, %d repetitions, medians\n\n",
 			l.opts.conns, min(l.opts.reps, 3))

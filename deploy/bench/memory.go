@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,8 +60,15 @@ func (l *lab) memory(ctx context.Context, w *strings.Builder) error {
 	if err := l.importPG(ctx, from, to, photos); err != nil {
 		return err
 	}
-	log.Printf("importing listings %d..%d into the embedded store", from, to)
-	if err := l.importSQLite(ctx, from, to, photos); err != nil {
+	// An embedded store of its own, which no other gateway of the run uses.
+	log.Printf("importing listings %d..%d into an embedded store", from, to)
+	if _, err := l.admin(ctx, l.sqliteEnv("memory.db"), nil, "firm", "add", "--name", "Bench Realty"); err != nil {
+		return err
+	}
+	if _, err := l.admin(ctx, l.sqliteEnv("memory.db"), nil, "user", "add", "--firm", "1", "--email", "bench@bench.example"); err != nil {
+		return err
+	}
+	if err := l.importSQLite(ctx, "memory.db", from, to, photos); err != nil {
 		return err
 	}
 	prefix := l.prefix + "mem:"
@@ -71,7 +79,7 @@ func (l *lab) memory(ctx context.Context, w *strings.Builder) error {
 		env       []string
 	}{
 		{"Redis configured (PostgreSQL)", false, nil},
-		{"embedded (SQLite, no Redis)", true, []string{"GATEWAY_STORE_URL=sqlite:" + l.work + "/embedded.db", "GATEWAY_REDIS_URL="}},
+		{"embedded (SQLite, no Redis)", true, []string{"GATEWAY_STORE_URL=sqlite:" + filepath.Join(l.work, "memory.db"), "GATEWAY_REDIS_URL="}},
 	} {
 		if !mode.redisless {
 			if err := l.flushPrefix(ctx, prefix); err != nil {
