@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -34,6 +35,7 @@ type server struct {
 	// Redis key prefix.
 	admin, prefix string
 	redisless     bool
+	embedded      bool // on a SQLite store
 	cmd           *exec.Cmd
 	// auth: requests carry the JWT. path is what wrk asks for.
 	auth bool
@@ -429,6 +431,7 @@ func (l *lab) startGateway(ctx context.Context, name string, pinned bool, prefix
 		env = append(env, "GOMAXPROCS=1")
 	}
 	s.redisless = slices.Contains(extra, "GATEWAY_REDIS_URL=")
+	s.embedded = slices.ContainsFunc(extra, func(e string) bool { return strings.HasPrefix(e, "GATEWAY_STORE_URL=sqlite:") })
 	if err := l.start(ctx, s, pinned, l.gatewayEnv(append(env, extra...)...), l.gateway); err != nil {
 		return nil, err
 	}
@@ -472,11 +475,14 @@ func (l *lab) stopServer(s *server) {
 // login gets the token from one of the gateways.
 func (l *lab) login() error {
 	var addr string
-	for _, s := range l.servers {
-		if s.admin != "" {
+	for _, name := range slices.Sorted(maps.Keys(l.servers)) { // a gateway on PostgreSQL, whose key l.apiKey is
+		if s := l.servers[name]; s.admin != "" && !s.embedded {
 			addr = s.addr
 			break
 		}
+	}
+	if addr == "" {
+		return errors.New("login: no gateway on PostgreSQL is running")
 	}
 	body := fmt.Sprintf(`{"email":"bench@bench.example","key":%q}`, l.apiKey)
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/auth/login", strings.NewReader(body))
