@@ -5,9 +5,12 @@
 // table and stops what it started. wrk, nginx and varnish are installed
 // from Debian's packages where missing.
 //
-//	go run ./deploy/bench                      # the whole run, about 12 minutes
-//	go run ./deploy/bench -reps 1 -duration 2s # a quick look
+//	go run ./deploy/bench                      # the whole run: about 17 minutes, 11 with a kept -db
+//	go run ./deploy/bench -quick               # a quick look at every part, about 3 minutes
 //	go run ./deploy/bench -out deploy/bench/RESULTS.md
+//	go run ./deploy/bench -miss                # the store misses alone, with profiles
+//	go run ./deploy/bench -longtail -db bench_longtail  # the long tail alone, keeping its 1,000,000 listings
+//	go run ./deploy/bench -memory
 //	go run ./deploy/bench -feed -listings 10000  # the change feed's cost to writers (feed.go)
 //
 // Parts, each of which runs alone when named (with none named, all run):
@@ -17,7 +20,9 @@
 //	-longtail  two replicas under Zipf(s) traffic over -longtail-listings, against the naive composition (longtail.go)
 //	-memory    -memory-listings different listings read once by 8 clients, RSS and heap, with Redis and embedded (memory.go)
 //	-quick     shorter runs and fewer listings, for a look while developing
-//	-db NAME   keep the run's PostgreSQL database under NAME and reuse it next time (the import of 1,000,000 listings takes minutes)
+//	-db NAME   keep the run's PostgreSQL database under NAME and reuse it next time (the import of 1,000,000 listings takes
+//	           about 6 minutes); rows imported by an older build lack what later schema steps fill when a row is written,
+//	           so drop it after a schema change
 //
 // Cases: gateway-local (Redis configured, hot listing from the local
 // tier), gateway-redis (the same with GATEWAY_LOCAL_CACHE_BYTES=0),
