@@ -5,15 +5,31 @@
 // table and stops what it started. wrk, nginx and varnish are installed
 // from Debian's packages where missing.
 //
-//	go run ./deploy/bench                      # the whole run, about 12 minutes
-//	go run ./deploy/bench -reps 1 -duration 2s # a quick look
+//	go run ./deploy/bench                      # the whole run: about 17 minutes, 11 with a kept -db
+//	go run ./deploy/bench -quick               # a quick look at every part, about 3 minutes
 //	go run ./deploy/bench -out deploy/bench/RESULTS.md
+//	go run ./deploy/bench -miss                # the store misses alone, with profiles
+//	go run ./deploy/bench -longtail -db bench_longtail  # the long tail alone, keeping its 1,000,000 listings
+//	go run ./deploy/bench -memory
 //	go run ./deploy/bench -feed -listings 10000  # the change feed's cost to writers (feed.go)
+//
+// Parts, each of which runs alone when named (with none named, all run):
+//
+//	-cases     the interleaved comparison (main run, ratios, scaling, pinned)
+//	-miss      the two store-miss cases: CPU per miss of the gateway, PostgreSQL and Redis, and the top of a profile (perf)
+//	-longtail  two replicas under Zipf(s) traffic over -longtail-listings, against the naive composition (longtail.go)
+//	-memory    -memory-listings different listings read once by 8 clients, RSS and heap, with Redis and embedded (memory.go)
+//	-quick     shorter runs and fewer listings, for a look while developing
+//	-db NAME   keep the run's PostgreSQL database under NAME and reuse it next time (the import of 1,000,000 listings takes
+//	           about 6 minutes); rows imported by an older build lack what later schema steps fill when a row is written,
+//	           so drop it after a schema change
 //
 // Cases: gateway-local (Redis configured, hot listing from the local
 // tier), gateway-redis (the same with GATEWAY_LOCAL_CACHE_BYTES=0),
 // gateway-embedded (no Redis, SQLite), gateway-miss (every request another
-// of 100,000 listings, read from PostgreSQL), nginx-static (the same bytes
+// of 100,000 listings, read from PostgreSQL, no Redis and a one-byte
+// tier), gateway-miss-redis (the same in the production shape: Redis
+// configured but empty, the default local tier), nginx-static (the same bytes
 // from a file), varnish-hit (the same bytes from Varnish's cache),
 // fiber-static (a bare Fiber handler, the same bytes from memory, no JWT)
 // and naive (Fiber, contrib/jwt HS256 with its defaults, one go-redis GET
@@ -52,7 +68,34 @@ func main() {
 	flag.BoolVar(&opts.feed, "feed", false, "measure the change feed's cost to writers instead (see feed.go)")
 	flag.DurationVar(&opts.feedDuration, "feed-duration", 30*time.Second, "with -feed: length of one run of writers")
 	flag.IntVar(&opts.writers, "feed-writers", 8, "with -feed: concurrent SQL writers")
+	flag.BoolVar(&opts.cases, "cases", false, "run the interleaved comparison (main run, scaling, pinned)")
+	flag.BoolVar(&opts.miss, "miss", false, "run the store-miss cases with their CPU split and profiles")
+	flag.BoolVar(&opts.longtail, "longtail", false, "run gateway-longtail against naive-longtail")
+	flag.BoolVar(&opts.memory, "memory", false, "run the memory case")
+	flag.IntVar(&opts.longtailListings, "longtail-listings", 1_000_000, "with -longtail: listings in PostgreSQL")
+	flag.Float64Var(&opts.zipfS, "zipf-s", 1.1, "with -longtail: the Zipf exponent of the requests (> 1)")
+	flag.IntVar(&opts.memoryListings, "memory-listings", 100_000, "with -memory: listings read once each")
+	flag.BoolVar(&opts.profile, "profile", true, "with -miss: record a profile of each miss case with perf")
+	flag.StringVar(&opts.db, "db", "", "PostgreSQL database to use and keep (created and seeded where missing); empty: a new one, dropped at the end")
+	quick := flag.Bool("quick", false, "a quick look: -reps 1 -duration 2s, 30,000 listings (20,000 for -longtail, 10,000 for -memory), no scaling or pinned run")
 	flag.Parse()
+	if *quick {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range map[string]string{"reps": "1", "duration": "2s", "listings": "30000", "longtail-listings": "20000",
+			"memory-listings": "10000", "skip-pinned": "true"} {
+			if !set[name] {
+				_ = flag.Set(name, v)
+			}
+		}
+		opts.quick = true
+	}
+	if !opts.cases && !opts.miss && !opts.longtail && !opts.memory {
+		opts.cases, opts.miss, opts.longtail, opts.memory = true, true, true, true
+	}
+	if opts.zipfS <= 1 {
+		log.Fatal("-zipf-s must be above 1")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, opts); err != nil {
@@ -68,10 +111,18 @@ type options struct {
 	feed                  bool
 	feedDuration          time.Duration
 	writers               int
+	// the parts to run
+	cases, miss, longtail, memory bool
+	quick                         bool
+	longtailListings              int
+	zipfS                         float64
+	memoryListings                int
+	profile                       bool
+	db                            string
 }
 
 func run(ctx context.Context, opts options) error {
-	if err := ensureTools(); err != nil {
+	if err := ensureTools(opts.cases && !opts.feed); err != nil {
 		return err
 	}
 	root, err := gatewaytest.ModuleRoot()
@@ -97,6 +148,9 @@ func run(ctx context.Context, opts options) error {
 	}
 	report, err := measure(ctx)
 	if err != nil {
+		if report != "" { // what the parts before the failure measured
+			fmt.Print(report)
+		}
 		return err
 	}
 	fmt.Print(report)
@@ -106,10 +160,13 @@ func run(ctx context.Context, opts options) error {
 	return nil
 }
 
-// ensureTools installs wrk, nginx and varnish where missing.
-func ensureTools() error {
+// ensureTools installs wrk, and with all nginx and varnish, where missing.
+func ensureTools(all bool) error {
 	var missing []string
 	for tool, pkg := range map[string]string{"wrk": "wrk", "nginx": "nginx-light", "varnishd": "varnish"} {
+		if tool != "wrk" && !all {
+			continue
+		}
 		if _, err := exec.LookPath(tool); err != nil {
 			if _, err := os.Stat("/usr/sbin/" + tool); err != nil {
 				missing = append(missing, pkg)
@@ -120,6 +177,12 @@ func ensureTools() error {
 		return nil
 	}
 	log.Printf("installing %v", missing)
+	before := map[int]bool{}
+	for _, name := range []string{"nginx", "varnishd", "cache-main"} {
+		for _, pid := range pidsOf(name) {
+			before[pid] = true
+		}
+	}
 	if out, err := exec.Command("apt-get", "update", "-qq").CombinedOutput(); err != nil {
 		return fmt.Errorf("apt-get update: %w\n%s", err, out)
 	}
@@ -128,8 +191,14 @@ func ensureTools() error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("apt-get install %v: %w\n%s", missing, err, out)
 	}
-	// Debian starts the packages' own services; they are not ours.
-	_ = exec.Command("pkill", "-x", "nginx").Run()
-	_ = exec.Command("pkill", "-x", "varnishd").Run()
+	// Debian starts the packages' own services; they are not ours. Only
+	// those the install started are stopped, by their ids.
+	for _, name := range []string{"nginx", "varnishd", "cache-main"} {
+		for _, pid := range pidsOf(name) {
+			if !before[pid] {
+				_ = syscall.Kill(pid, syscall.SIGTERM)
+			}
+		}
+	}
 	return nil
 }

@@ -85,3 +85,63 @@ func cpuSecondsOf(pids []int) float64 {
 	}
 	return s
 }
+
+// cpuByPid is the user and system CPU time of each of pids.
+func cpuByPid(pids []int) map[int]float64 {
+	out := make(map[int]float64, len(pids))
+	for _, p := range pids {
+		out[p] = cpuSecondsOf([]int{p})
+	}
+	return out
+}
+
+// cpuSince is the CPU time spent between two cpuByPid readings; a process
+// that started in between counts from zero.
+func cpuSince(before, after map[int]float64) float64 {
+	var s float64
+	for p, v := range after {
+		s += v - before[p]
+	}
+	return s
+}
+
+// pgBackends lists PostgreSQL's backends connected to database db: their
+// title is "postgres: CLUSTER: USER DB HOST(PORT) STATE". PostgreSQL may
+// serve others meanwhile, whose work does not count.
+func pgBackends(db string) []int {
+	var out []int
+	for _, pid := range pidsOf("postgres") {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(strings.ReplaceAll(string(b), "\x00", " "))
+		if len(fields) > 3 && fields[0] == "postgres:" && fields[3] == db {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// usage reads the CPU of the processes a run involves: the server's tree,
+// the run database's PostgreSQL backends and Redis.
+type usage struct {
+	server   float64
+	postgres map[int]float64
+	redis    float64
+}
+
+func (l *lab) usage(pids ...int) usage {
+	var u usage
+	for _, p := range pids {
+		u.server += cpuSeconds(p)
+	}
+	u.postgres = cpuByPid(pgBackends(l.dbName))
+	u.redis = cpuSecondsOf(pidsOf("redis-server"))
+	return u
+}
+
+// spent is the CPU each used from u to v.
+func (u usage) spent(v usage) (server, postgres, redis float64) {
+	return v.server - u.server, cpuSince(u.postgres, v.postgres), v.redis - u.redis
+}

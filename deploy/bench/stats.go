@@ -1,0 +1,64 @@
+package main
+
+import (
+	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/internal/gatewaytest"
+)
+
+// cacheStats reads the cache counters of the gateways (their /stats),
+// summed; servers without an admin listener count nothing.
+func cacheStats(servers ...*server) (cache.Stats, error) {
+	var sum cache.Stats
+	for _, s := range servers {
+		if s.admin == "" {
+			continue
+		}
+		st, err := (&gatewaytest.Process{AdminBase: "http://" + s.admin}).ReadStats()
+		if err != nil {
+			return sum, err
+		}
+		c := st.Cache
+		sum.Hits += c.Hits
+		sum.Misses += c.Misses
+		sum.Stale += c.Stale
+		sum.StoreLoads += c.StoreLoads
+		sum.TierErrors += c.TierErrors
+		sum.LocalHits += c.LocalHits
+		sum.TierHits += c.TierHits
+		sum.Negative += c.Negative
+		sum.Shared += c.Shared
+		sum.RedisTrusted = c.RedisTrusted // of the last
+	}
+	return sum, nil
+}
+
+// tiers is where a run's reads were answered, from the counters' growth.
+type tiers struct {
+	local, redis, store, stale, other, loads uint64
+	// process: without Redis every hit is the process's own
+	redisless bool
+}
+
+func tiersOf(before, after cache.Stats, redisless bool) tiers {
+	t := tiers{
+		local: after.LocalHits - before.LocalHits, redis: after.TierHits - before.TierHits,
+		store: after.Misses - before.Misses, stale: after.Stale - before.Stale,
+		loads: after.StoreLoads - before.StoreLoads, redisless: redisless,
+	}
+	if redisless { // LocalHits and TierHits count the tier in front of Redis
+		t.local, t.redis = after.Hits-before.Hits, 0
+	}
+	t.other = after.Negative - before.Negative
+	return t
+}
+
+func (t tiers) total() uint64 { return t.local + t.redis + t.store + t.stale + t.other }
+
+// shares prints the shares of the local tier, Redis and the store.
+func (t tiers) shares() (local, redis, store float64) {
+	n := float64(t.total())
+	if n == 0 {
+		return 0, 0, 0
+	}
+	return float64(t.local) / n, float64(t.redis) / n, float64(t.store+t.stale) / n
+}
