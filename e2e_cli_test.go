@@ -382,7 +382,7 @@ func TestEndToEndUserDisable(t *testing.T) {
 // gateway opens it: the user logs in with the old key as before, and both
 // account commands then work on it.
 func TestEndToEndUpgradeFromVersion3(t *testing.T) {
-	const oldVersion, newVersion = 3, 6
+	const oldVersion, newVersion = 3, 8
 	for _, engine := range accountEngines {
 		t.Run(engine.name, func(t *testing.T) {
 			e := engine.env(t)
