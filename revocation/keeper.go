@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -154,10 +155,13 @@ func (k *Keeper) Load(ctx context.Context) error {
 	return nil
 }
 
-// Run keeps the Set up to date until ctx ends.
+// Run keeps the Set up to date until ctx ends, and returns once its
+// subscription is closed too.
 func (k *Keeper) Run(ctx context.Context) {
 	if k.rdb != nil {
-		go k.listen(ctx)
+		var listening sync.WaitGroup
+		defer listening.Wait()
+		listening.Go(func() { k.listen(ctx) })
 	}
 	tick := time.NewTicker(k.cfg.Poll)
 	defer tick.Stop()
