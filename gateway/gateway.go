@@ -89,16 +89,20 @@ func (NoObserver) AuthFailure(string)                         {}
 
 // Revocations says whether a token is revoked: issued at issuedMs
 // (milliseconds since 1970) to firmID's user userID, at or before a
-// revocation of the user or of the whole firm. It runs on every request
-// with a token, so it must be cheap and must not block.
+// revocation of the user or of the whole firm. Generation names the
+// revocations in force and grows with every change: a token found not
+// revoked stays so while it stays the same. Both run on every request with
+// a token, so they must be cheap and must not block.
 type Revocations interface {
 	Revoked(firmID, userID, issuedMs int64) bool
+	Generation() uint64
 }
 
 // NoRevocations revokes nothing.
 type NoRevocations struct{}
 
 func (NoRevocations) Revoked(int64, int64, int64) bool { return false }
+func (NoRevocations) Generation() uint64               { return 1 }
 
 // Accounts finds firms and users for login.
 type Accounts interface {

@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	jwtware "github.com/gofiber/contrib/jwt"
@@ -229,7 +230,7 @@ func (s *Server) requireToken() fiber.Handler {
 			// Remembered even when revoked: the revocation is checked on
 			// every use, and a revoked token sent again costs no signature.
 			s.verified.Set(maphash.Bytes(s.tokenSeed, header), v)
-			if s.revoked.Revoked(v.principal.FirmID, v.principal.FirmUserID, v.issuedMs) {
+			if s.isRevoked(v) {
 				return s.refuse(authRevoked)
 			}
 			c.Locals(principalKey, v)
@@ -244,7 +245,7 @@ func (s *Server) requireToken() fiber.Handler {
 		// verified a minute ago is refused once it is revoked.
 		if v, ok := s.verified.GetIfPresent(maphash.Bytes(s.tokenSeed, header)); ok &&
 			v.header == string(header) && requestTime(c).UnixNano() < v.until {
-			if s.revoked.Revoked(v.principal.FirmID, v.principal.FirmUserID, v.issuedMs) {
+			if s.isRevoked(v) {
 				return s.refuse(authRevoked)
 			}
 			c.Locals(principalKey, v)
@@ -285,6 +286,21 @@ func (s *Server) originOr(auth fiber.Handler) fiber.Handler {
 	}
 }
 
+// isRevoked checks v against the revocations in force. A token found not
+// revoked remembers their generation, so that its next uses skip the
+// lookup until a revocation comes or goes.
+func (s *Server) isRevoked(v *verifiedToken) bool {
+	gen := s.revoked.Generation()
+	if v.notRevokedAt.Load() == gen {
+		return false
+	}
+	if s.revoked.Revoked(v.principal.FirmID, v.principal.FirmUserID, v.issuedMs) {
+		return true
+	}
+	v.notRevokedAt.Store(gen)
+	return false
+}
+
 // verifiedToken is a token that passed every check, remembered so that the
 // next request with it skips the signature and the claims: the same bytes
 // give the same answer until the token expires. Only valid tokens are
@@ -295,6 +311,9 @@ type verifiedToken struct {
 	principal principal
 	issuedMs  int64 // see checkedClaims.issuedMs
 	until     int64 // unix nanoseconds
+	// notRevokedAt is the generation of the revocations at which the
+	// token was last found not revoked; 0: never.
+	notRevokedAt atomic.Uint64
 }
 
 // Bounds of the verified-token memory.

@@ -36,7 +36,8 @@ type Set struct {
 // snapshot is never changed once published.
 type snapshot struct {
 	firms map[int64]*firm
-	n     int // revocations held
+	n     int    // revocations held
+	gen   uint64 // grows with every published change
 }
 
 // firm holds one firm's revocations as milliseconds since 1970: all for
@@ -53,9 +54,14 @@ const none = math.MinInt64
 // NewSet returns an empty Set.
 func NewSet() *Set {
 	s := &Set{}
-	s.snap.Store(&snapshot{firms: map[int64]*firm{}})
+	s.snap.Store(&snapshot{firms: map[int64]*firm{}, gen: 1})
 	return s
 }
+
+// Generation names the revocations in force: it grows with every change,
+// so a caller may remember that a token was not revoked at a generation
+// and skip the lookup while the generation stays.
+func (s *Set) Generation() uint64 { return s.snap.Load().gen }
 
 // Revoked reports whether a token of firmID's user userID issued at
 // issuedMs (milliseconds since 1970) is revoked: issued at or before the
@@ -81,7 +87,7 @@ func (s *Set) Add(rs ...upstream.Revocation) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.snap.Load()
-	next := &snapshot{firms: make(map[int64]*firm, len(old.firms)+1), n: old.n}
+	next := &snapshot{firms: make(map[int64]*firm, len(old.firms)+1), n: old.n, gen: old.gen + 1}
 	for id, f := range old.firms {
 		next.firms[id] = f
 	}
@@ -131,7 +137,7 @@ func (s *Set) Prune(before time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.snap.Load()
-	next := &snapshot{firms: make(map[int64]*firm, len(old.firms))}
+	next := &snapshot{firms: make(map[int64]*firm, len(old.firms)), gen: old.gen + 1}
 	changed := false
 	for id, f := range old.firms {
 		kept := &firm{all: f.all, users: make(map[int64]int64, len(f.users))}

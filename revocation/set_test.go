@@ -136,3 +136,23 @@ func BenchmarkRevoked(b *testing.B) {
 		}
 	})
 }
+
+func TestSetGeneration(t *testing.T) {
+	s := NewSet()
+	g := s.Generation()
+	if g == 0 {
+		t.Fatal("the first generation is 0, which a token that was never checked holds")
+	}
+	step := func(what string, change func(), grows bool) {
+		t.Helper()
+		before := s.Generation()
+		change()
+		if after := s.Generation(); (after > before) != grows || after < before {
+			t.Fatalf("%s: generation %d to %d; want it to grow: %t", what, before, after, grows)
+		}
+	}
+	step("a new revocation", func() { s.Add(upstream.Revocation{FirmID: 1, At: at(2000)}) }, true)
+	step("an older one of the same scope", func() { s.Add(upstream.Revocation{FirmID: 1, At: at(1000)}) }, false)
+	step("a prune that drops nothing", func() { s.Prune(at(1500)) }, false)
+	step("a prune that drops one", func() { s.Prune(at(2500)) }, true)
+}
