@@ -16,6 +16,7 @@ import (
 	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/metrics"
+	"github.com/realty-gateway/gateway/revocation"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -100,7 +101,7 @@ func newReadiness(draining *atomic.Bool, listings *cache.Cache, started time.Tim
 // (/readyz, see readiness), Prometheus metrics (/metrics) and counters as
 // JSON (/stats).
 func newAdmin(addr string, ready readiness, listings *cache.Cache, guarded *upstream.Guarded, srv *gateway.Server,
-	purger *cdn.Purger, changes *feed.Consumer, m *metrics.Metrics) *http.Server {
+	purger *cdn.Purger, changes *feed.Consumer, revocations *revocation.Keeper, m *metrics.Metrics) *http.Server {
 	mux := http.NewServeMux()
 	live := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }
 	mux.HandleFunc("GET /livez", live)
@@ -120,12 +121,13 @@ func newAdmin(addr string, ready readiness, listings *cache.Cache, guarded *upst
 			purges = purgeStats{Sent: purger.Sent(), Failed: purger.Failed(), Dropped: purger.Dropped()}
 		}
 		_ = json.NewEncoder(w).Encode(struct {
-			Cache       cache.Stats `json:"cache"`
-			BreakerOpen bool        `json:"breakerOpen"`
-			Panics      uint64      `json:"panics"`
-			Purges      purgeStats  `json:"purges"`
-			Feed        feed.Stats  `json:"feed"`
-		}{listings.Stats(), guarded.Open(), srv.Panics(), purges, changes.Stats()})
+			Cache       cache.Stats      `json:"cache"`
+			BreakerOpen bool             `json:"breakerOpen"`
+			Panics      uint64           `json:"panics"`
+			Purges      purgeStats       `json:"purges"`
+			Feed        feed.Stats       `json:"feed"`
+			Revocations revocation.Stats `json:"revocations"`
+		}{listings.Stats(), guarded.Open(), srv.Panics(), purges, changes.Stats(), revocations.Stats()})
 	})
 	return &http.Server{
 		Addr:              addr,

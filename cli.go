@@ -82,11 +82,14 @@ func addFirm(ctx context.Context, cfg config, args []string, stdout io.Writer) e
 
 // rotateFirmKey gives a firm a new API key, made as firm add makes one,
 // and prints it once. The old key stops resolving at once: login looks the
-// key up in the store on every attempt.
-func rotateFirmKey(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+// key up in the store on every attempt. Unless --keep-tokens, every token
+// of the firm's users issued until then is revoked too: a key is usually
+// rotated because it leaked.
+func rotateFirmKey(ctx context.Context, cfg config, log *slog.Logger, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("firm rotate-key", flag.ContinueOnError)
 	firmID := fs.Int64("firm", 0, "id of the firm whose API key is replaced")
-	const use = "usage: gateway firm rotate-key --firm N"
+	keep := fs.Bool("keep-tokens", false, "keep the tokens already issued (a planned rotation); by default they are revoked")
+	const use = "usage: gateway firm rotate-key --firm N [--keep-tokens]"
 	if err := parseFlags(fs, args, use); err != nil {
 		return err
 	}
@@ -105,14 +108,20 @@ func rotateFirmKey(ctx context.Context, cfg config, args []string, stdout io.Wri
 		case err != nil:
 			return err // names the firm
 		}
-		return printJSON(stdout, map[string]any{"firmId": firm.ID, "apiKey": key})
+		out := map[string]any{"firmId": firm.ID, "apiKey": key}
+		if *keep {
+			out["tokensKept"] = true
+		} else if err := revokeTokens(ctx, cfg, s, log, firm.ID, "", out); err != nil {
+			return fmt.Errorf("key rotated, but %w; run gateway token revoke --firm %d", err, firm.ID)
+		}
+		return printJSON(stdout, out)
 	})
 }
 
 // disableUser disables a firm's user: it can no longer log in, and login
-// answers it as it answers a wrong password. Tokens issued before stay
-// valid until they expire.
-func disableUser(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+// answers it as it answers a wrong password. Every token issued to it
+// until then is revoked.
+func disableUser(ctx context.Context, cfg config, log *slog.Logger, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("user disable", flag.ContinueOnError)
 	firmID := fs.Int64("firm", 0, "firm id")
 	email := fs.String("email", "", "e-mail of the user to disable")
@@ -131,7 +140,14 @@ func disableUser(ctx context.Context, cfg config, args []string, stdout io.Write
 		case err != nil:
 			return err // names the firm
 		}
-		return printJSON(stdout, map[string]any{"firmUserId": u.ID, "disabled": true})
+		// After the disable: no login that reads the user from now on
+		// succeeds, and one that read it before issues a token dated
+		// before now (tokens carry the time their login arrived).
+		out := map[string]any{"firmUserId": u.ID, "disabled": true}
+		if err := revokeTokens(ctx, cfg, s, log, *firmID, u.Email, out); err != nil {
+			return fmt.Errorf("user disabled, but %w; run gateway token revoke --firm %d --email %s", err, *firmID, u.Email)
+		}
+		return printJSON(stdout, out)
 	})
 }
 

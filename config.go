@@ -19,6 +19,7 @@ import (
 	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/internal/settings"
+	"github.com/realty-gateway/gateway/revocation"
 )
 
 const (
@@ -39,7 +40,9 @@ type config struct {
 	HTTP    gateway.Config `yaml:"http"`
 	Purge   cdn.Config     `yaml:"purge" envPrefix:"CDN_"`
 	Feed    feed.Config    `yaml:"feed"`
-	Tracing tracingConfig  `yaml:"tracing"`
+	// Revocation is the token revocations' part.
+	Revocation revocation.Config `yaml:"revocation"`
+	Tracing    tracingConfig     `yaml:"tracing"`
 }
 
 // defaults are the values used when neither the file nor the environment
@@ -54,6 +57,8 @@ func defaults() config {
 		HTTP:    gateway.DefaultConfig(),
 		Purge:   cdn.DefaultConfig(),
 		Feed:    feed.DefaultConfig(),
+
+		Revocation: revocation.DefaultConfig(),
 	}
 	cfg.derive()
 	return cfg
@@ -115,6 +120,10 @@ func (c *config) derive() {
 	c.Purge.StoreTimeout = c.Store.Timeout
 	c.Cache.Prefix = c.Redis.Prefix
 	c.Cache.LoadTimeout = c.Store.Timeout + 3*c.Redis.Timeout
+	c.Revocation.Horizon = c.HTTP.JWT.TokenTTL + c.HTTP.JWT.Leeway
+	c.Revocation.StoreTimeout = c.Store.Timeout
+	c.Revocation.RedisTimeout = c.Redis.Timeout
+	c.Revocation.Prefix = c.Redis.Prefix
 }
 
 func (c config) validate() error {
@@ -123,7 +132,7 @@ func (c config) validate() error {
 		errs = append(errs, errors.New("cache.localBytes must be positive without Redis: it is the only cache"))
 	}
 	return errors.Join(append(errs, c.Server.validate(), c.Store.validate(), c.Breaker.Validate(), c.Redis.validate(),
-		c.Cache.Validate(), c.HTTP.Validate(), c.Purge.Validate(), c.Feed.Validate(), c.Tracing.validate())...)
+		c.Cache.Validate(), c.HTTP.Validate(), c.Purge.Validate(), c.Feed.Validate(), c.Revocation.Validate(), c.Tracing.validate())...)
 }
 
 // LogValue lists every setting by its YAML path, with secrets masked.

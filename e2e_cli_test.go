@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -187,8 +188,8 @@ func TestEndToEndLogHoldsNoSecret(t *testing.T) {
 	}
 }
 
-// TestEndToEndAccountCommandsUsage: the command lines of firm rotate-key
-// and user disable, as the binary parses them. Usage errors exit 2 and
+// TestEndToEndAccountCommandsUsage: the command lines of firm rotate-key,
+// user disable, user enable and token revoke, as the binary parses them. Usage errors exit 2 and
 // print the command's usage, -h exits 0, an unknown firm or user exits 1
 // and says which, and none of them prints anything on standard output.
 func TestEndToEndAccountCommandsUsage(t *testing.T) {
@@ -197,8 +198,10 @@ func TestEndToEndAccountCommandsUsage(t *testing.T) {
 	firm := fmt.Sprint(f["firmId"])
 	admin(t, e, "", "user", "add", "--firm", firm, "--email", "known@usage.example")
 	const (
-		rotateUse  = "usage: gateway firm rotate-key --firm N"
+		rotateUse  = "usage: gateway firm rotate-key --firm N [--keep-tokens]"
 		disableUse = "usage: gateway user disable --firm N --email E"
+		enableUse  = "usage: gateway user enable --firm N --email E"
+		revokeUse  = "usage: gateway token revoke --firm N [--email E]"
 	)
 	tests := []struct {
 		name       string
@@ -230,7 +233,24 @@ func TestEndToEndAccountCommandsUsage(t *testing.T) {
 			wantStderr: "gateway: disable user: firm " + firm + " has no user nobody@usage.example"},
 		{name: "disable user of an unknown firm", give: []string{"user", "disable", "--firm", "999", "--email", "known@usage.example"}, want: 1,
 			wantStderr: "gateway: disable user: firm 999 has no user known@usage.example"},
+		{name: "rotate-key --keep-tokens with a value", give: []string{"firm", "rotate-key", "--firm", firm, "--keep-tokens=maybe"}, want: 2, wantStderr: rotateUse},
+		{name: "enable -h", give: []string{"user", "enable", "-h"}, want: 0, wantStderr: "-email"},
+		{name: "enable without --email", give: []string{"user", "enable", "--firm", firm}, want: 2, wantStderr: enableUse},
+		{name: "enable --firm 0", give: []string{"user", "enable", "--firm", "0", "--email", "known@usage.example"}, want: 2, wantStderr: enableUse},
+		{name: "enable stray argument", give: []string{"user", "enable", "--firm", firm, "--email", "known@usage.example", "x"}, want: 2, wantStderr: enableUse},
+		{name: "enable unknown user", give: []string{"user", "enable", "--firm", firm, "--email", "Nobody@Usage.example"}, want: 1,
+			wantStderr: "gateway: enable user: firm " + firm + " has no user nobody@usage.example"},
+		{name: "revoke -h", give: []string{"token", "revoke", "-h"}, want: 0, wantStderr: "-email"},
+		{name: "revoke without flags", give: []string{"token", "revoke"}, want: 2, wantStderr: revokeUse},
+		{name: "revoke --firm 0", give: []string{"token", "revoke", "--firm", "0"}, want: 2, wantStderr: revokeUse},
+		{name: "revoke blank e-mail", give: []string{"token", "revoke", "--firm", firm, "--email", " "}, want: 2, wantStderr: revokeUse},
+		{name: "revoke unknown flag", give: []string{"token", "revoke", "--firm", firm, "--user", "1"}, want: 2, wantStderr: revokeUse},
+		{name: "revoke stray argument", give: []string{"token", "revoke", "--firm", firm, "now"}, want: 2, wantStderr: revokeUse},
+		{name: "revoke unknown firm", give: []string{"token", "revoke", "--firm", "999"}, want: 1, wantStderr: "gateway: revoke tokens: no firm 999"},
+		{name: "revoke unknown user", give: []string{"token", "revoke", "--firm", firm, "--email", "nobody@usage.example"}, want: 1,
+			wantStderr: "gateway: revoke tokens: firm " + firm + " has no user nobody@usage.example"},
 		{name: "unknown account subcommand", give: []string{"firm", "rotate"}, want: 2, wantStderr: "gateway firm rotate-key --firm N"},
+		{name: "unknown token subcommand", give: []string{"token", "list"}, want: 2, wantStderr: "gateway token revoke --firm N [--email E]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -249,19 +269,36 @@ func TestEndToEndAccountCommandsUsage(t *testing.T) {
 // accountEngines are the stores the account commands are tested on end to
 // end, each in a database of its own: SQLite in a data directory, and a
 // fresh PostgreSQL database. Neither uses Redis: logins never read it but
-// for their limits, which are then kept in process.
+// for their limits, which are then kept in process, and revocations reach
+// the gateway through its poll of the store (every 100 ms here).
 var accountEngines = []struct {
 	name string
 	env  func(t *testing.T) environment
 }{
 	{name: "sqlite", env: func(t *testing.T) environment {
 		return environment{"GATEWAY_DATA_DIR": t.TempDir(), "GATEWAY_STORE_URL": "sqlite:gateway.db",
-			"GATEWAY_JWT_SECRET": "acct-secret-acct-secret-acct-secret-acct"}
+			"GATEWAY_JWT_SECRET": "acct-secret-acct-secret-acct-secret-acct", "GATEWAY_REVOCATION_POLL": "100ms"}
 	}},
 	{name: "postgres", env: func(t *testing.T) environment {
 		return environment{"GATEWAY_DATA_DIR": t.TempDir(), "GATEWAY_STORE_URL": testenv.PostgresURL(t),
-			"GATEWAY_JWT_SECRET": "acct-secret-acct-secret-acct-secret-acct"}
+			"GATEWAY_JWT_SECRET": "acct-secret-acct-secret-acct-secret-acct", "GATEWAY_REVOCATION_POLL": "100ms"}
 	}},
+}
+
+// requireRefusedSoon fails unless p answers tok with 401 within a second.
+func requireRefusedSoon(t *testing.T, p *process, what, tok string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		r := p.view(t, "/realty/1001", tok)
+		if r.status == http.StatusUnauthorized {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d %s; want 401 within a second", what, r.status, r.body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // requestIDMember is the one member in which two alike problem bodies
@@ -288,8 +325,9 @@ func requireSameRejection(t *testing.T, what string, got, want response) {
 
 // TestEndToEndRotateKey: firm rotate-key prints a new key once; at once
 // the old key no longer logs in, answered as any unknown key, and the new
-// one does, for every user of the firm. Tokens issued before stay valid
-// (they do not carry the key), and the other firm is untouched.
+// one does, for every user of the firm. Tokens issued before are revoked
+// (without Redis, within the poll interval); with --keep-tokens they stay.
+// The other firm is untouched.
 func TestEndToEndRotateKey(t *testing.T) {
 	for _, engine := range accountEngines {
 		t.Run(engine.name, func(t *testing.T) {
@@ -309,15 +347,25 @@ func TestEndToEndRotateKey(t *testing.T) {
 			requireSameRejection(t, "login with the old key", oldKey, unknownKey)
 			requireSameRejection(t, "passwordless login with the old key", p.login(t, w.otpLogin()), unknownKey)
 
-			p.token(t, fmt.Sprintf(`{"email":"agent@acme.example","password":%q,"key":%q}`, w.password, newKey))
+			requireRefusedSoon(t, p, "a token issued before the rotation", before)
+			kept := p.token(t, fmt.Sprintf(`{"email":"agent@acme.example","password":%q,"key":%q}`, w.password, newKey))
 			p.token(t, fmt.Sprintf(`{"email":"otp@acme.example","key":%q}`, newKey))
-			p.token(t, fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, w.password, w.key2))
-			if r := p.view(t, "/realty/1001", before); r.status != http.StatusOK {
-				t.Fatalf("a token issued before the rotation: %d %s; want 200 until it expires", r.status, r.body)
-			}
+			other := p.token(t, fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, w.password, w.key2))
 
-			// Once more: only the newest key logs in.
-			newest := admin(t, e, "", "firm", "rotate-key", "--firm", fmt.Sprint(w.firm))["apiKey"].(string)
+			// Once more, keeping the tokens: only the newest key logs in.
+			out = admin(t, e, "", "firm", "rotate-key", "--firm", fmt.Sprint(w.firm), "--keep-tokens")
+			newest := out["apiKey"].(string)
+			if out["tokensKept"] != true || out["revokedAt"] != nil {
+				t.Fatalf("rotate-key --keep-tokens printed %v", out)
+			}
+			// Past two polls, the tokens issued with the replaced key and
+			// the other firm's still read.
+			time.Sleep(250 * time.Millisecond)
+			for _, tok := range []string{kept, other} {
+				if r := p.view(t, "/realty/1001", tok); r.status != http.StatusOK {
+					t.Fatalf("a token kept by --keep-tokens, or of the other firm: %d %s", r.status, r.body)
+				}
+			}
 			requireSameRejection(t, "login with the replaced key",
 				p.login(t, fmt.Sprintf(`{"email":"otp@acme.example","key":%q}`, newKey)), unknownKey)
 			p.token(t, fmt.Sprintf(`{"email":"otp@acme.example","key":%q}`, newest))
@@ -331,7 +379,8 @@ func TestEndToEndRotateKey(t *testing.T) {
 // TestEndToEndUserDisable: a disabled user's login, with the right
 // password, answers exactly as a wrong password and as an unknown e-mail,
 // so the answer does not tell that the account exists. Other users go on;
-// tokens issued before stay valid until they expire (a documented choice).
+// tokens issued before are revoked (without Redis, within the poll
+// interval).
 func TestEndToEndUserDisable(t *testing.T) {
 	for _, engine := range accountEngines {
 		t.Run(engine.name, func(t *testing.T) {
@@ -346,7 +395,7 @@ func TestEndToEndUserDisable(t *testing.T) {
 			disable := func(email string) {
 				t.Helper()
 				out := admin(t, e, "", "user", "disable", "--firm", fmt.Sprint(w.firm), "--email", email)
-				if out["firmUserId"] == nil || out["disabled"] != true {
+				if out["firmUserId"] == nil || out["disabled"] != true || out["revokedAt"] == nil || out["announced"] != false {
 					t.Fatalf("user disable printed %v", out)
 				}
 			}
@@ -358,10 +407,11 @@ func TestEndToEndUserDisable(t *testing.T) {
 				p.login(t, fmt.Sprintf(`{"email":"agent@acme.example","key":%q}`, w.key)), wrongPassword)
 
 			// The rest of the firm, and the same e-mail elsewhere, go on.
-			p.token(t, w.otpLogin())
+			otp := p.token(t, w.otpLogin())
 			p.token(t, fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, w.password, w.key2))
-			if r := p.view(t, "/realty/1001", before); r.status != http.StatusOK {
-				t.Fatalf("a token issued before the user was disabled: %d %s; want 200 until it expires", r.status, r.body)
+			requireRefusedSoon(t, p, "a token issued before the user was disabled", before)
+			if r := p.view(t, "/realty/1001", otp); r.status != http.StatusOK {
+				t.Fatalf("another user's token: %d %s", r.status, r.body)
 			}
 
 			// Disabling again changes nothing; a passwordless user is
@@ -382,7 +432,7 @@ func TestEndToEndUserDisable(t *testing.T) {
 // gateway opens it: the user logs in with the old key as before, and both
 // account commands then work on it.
 func TestEndToEndUpgradeFromVersion3(t *testing.T) {
-	const oldVersion, newVersion = 3, 6
+	const oldVersion, newVersion = 3, 8
 	for _, engine := range accountEngines {
 		t.Run(engine.name, func(t *testing.T) {
 			e := engine.env(t)

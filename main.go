@@ -71,9 +71,11 @@ const usage = `usage:
   gateway version
   gateway healthcheck
   gateway firm add --name NAME
-  gateway firm rotate-key --firm N
+  gateway firm rotate-key --firm N [--keep-tokens]
   gateway user add --firm N --email E [--password P | --password-stdin]
   gateway user disable --firm N --email E
+  gateway user enable --firm N --email E
+  gateway token revoke --firm N [--email E]
   gateway listing import FILE|-
   gateway cdn purge --firm N | --listing ID|FIRM-NO
   gateway cache purge ID|FIRM-NO`
@@ -104,11 +106,15 @@ func run(ctx context.Context, args []string, environ map[string]string, stdin io
 	case "firm add":
 		return addFirm(ctx, cfg, args[2:], stdout)
 	case "firm rotate-key":
-		return rotateFirmKey(ctx, cfg, args[2:], stdout)
+		return rotateFirmKey(ctx, cfg, log, args[2:], stdout)
 	case "user add":
 		return addUser(ctx, cfg, args[2:], stdin, stdout)
 	case "user disable":
-		return disableUser(ctx, cfg, args[2:], stdout)
+		return disableUser(ctx, cfg, log, args[2:], stdout)
+	case "user enable":
+		return enableUser(ctx, cfg, args[2:], stdout)
+	case "token revoke":
+		return revokeCommand(ctx, cfg, log, args[2:], stdout)
 	case "listing import":
 		return importListings(ctx, cfg, log, args[2:], stdin, stdout)
 	case "cdn purge":

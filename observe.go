@@ -11,16 +11,18 @@ import (
 	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/metrics"
 	"github.com/realty-gateway/gateway/ratelimit"
+	"github.com/realty-gateway/gateway/revocation"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
 // newMetrics builds the registry and reads the components' own counters
 // and breaker states into it at scrape time; purger and rdb may be nil.
-// changes may be nil too. localBudget is the local tier's byte bound
+// changes may be nil too; revocations is the token revocations' keeper.
+// localBudget is the local tier's byte bound
 // (GATEWAY_LOCAL_CACHE_BYTES); ready is asked at each scrape, as /readyz
 // asks it.
 func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb redis.UniversalClient,
-	changes *feed.Consumer, localBudget int64, ready readiness) *metrics.Metrics {
+	changes *feed.Consumer, revocations *revocation.Keeper, localBudget int64, ready readiness) *metrics.Metrics {
 	m := metrics.New()
 	m.GaugeFunc("gateway_ready", "1 while /readyz would answer 204, else 0 (draining, warming up, or store and cache both failing).", nil,
 		func() float64 { return boolGauge(ready.check(context.Background()) == "") })
@@ -90,6 +92,10 @@ func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratel
 			func() float64 { return boolGauge(listings.RedisTrusted()) })
 	}
 	observeFeed(m, changes)
+	m.GaugeFunc("gateway_revocations_in_force", "Token revocations this gateway applies (younger than the token lifetime plus the leeway).", nil,
+		func() float64 { return float64(revocations.Stats().InForce) })
+	m.CounterFunc("gateway_revocation_poll_failures_total", "Reads of the store's token revocations that failed; meanwhile new ones arrive only through Redis.", nil,
+		func() float64 { return float64(revocations.Stats().PollFailures) })
 	return m
 }
 

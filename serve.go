@@ -23,6 +23,7 @@ import (
 	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/ratelimit"
+	"github.com/realty-gateway/gateway/revocation"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -62,11 +63,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if p.feed != nil {
 		backgroundDone.Go(func() { p.feed.Run(background) })
 	}
+	backgroundDone.Go(func() { p.revocations.Run(background) })
 	var draining atomic.Bool
 	ready := newReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
-	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, cfg.Cache.LocalBytes, ready)
+	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, p.revocations, cfg.Cache.LocalBytes, ready)
 	p.srv.Observe(m)
-	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, m)
+	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, p.revocations, m)
 	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
 }
 
@@ -79,7 +81,10 @@ type parts struct {
 	limiter   *ratelimit.Limiter
 	cdnPurger *cdn.Purger // nil without a CDN purge API
 	feed      *feed.Consumer
-	srv       *gateway.Server
+	// revocations keeps the token revocations in force, loaded by
+	// assemble: a gateway refuses a revoked token from its first request.
+	revocations *revocation.Keeper
+	srv         *gateway.Server
 }
 
 // assemble opens the store and Redis and builds the gateway on them, with
@@ -151,7 +156,12 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 		return nil, err
 	}
 	p.limiter = ratelimit.New(p.rdb, cfg.Redis.Prefix, cfg.Redis.Timeout, log)
-	if p.srv, err = gateway.New(cfg.HTTP, p.listings, p.guarded, p.limiter, purger, log); err != nil {
+	revoked := revocation.NewSet()
+	p.revocations = revocation.NewKeeper(revoked, p.guarded, p.rdb, cfg.Revocation, log)
+	if err := p.revocations.Load(ctx); err != nil {
+		return nil, err
+	}
+	if p.srv, err = gateway.New(cfg.HTTP, p.listings, p.guarded, p.limiter, purger, revoked, log); err != nil {
 		return nil, err
 	}
 	if tp != nil {

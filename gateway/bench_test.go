@@ -3,16 +3,19 @@ package gateway
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/realty-gateway/gateway/metrics"
+	"github.com/realty-gateway/gateway/upstream"
 )
 
 // BenchmarkView measures one cached listing view through the whole app:
-// routing, the token check, the cache hit and the headers. It compares the
+// routing, the token check (signature or memory, then the revocations),
+// the cache hit and the headers. It compares the
 // remembered-token path with verifying the JWT on every request, and with
 // the same app refusing a request before any token work, which is the
 // fixed cost of Fiber.
@@ -46,6 +49,17 @@ func BenchmarkView(b *testing.B) {
 	}
 	run(b, "/realty/1", auth, 200, false) // fill the cache
 	b.Run("view hit", func(b *testing.B) { run(b, "/realty/1", auth, 200, false) })
+	b.Run("view hit, 1000 revocations in force, one of the token's firm", func(b *testing.B) {
+		// The token check's worst case: the firm has a revocation (of
+		// another user), so both the firm's and the user's are looked up.
+		before := time.Now().Add(-time.Minute) // the token was issued after
+		for i := range int64(1000) {
+			f.revoked.Add(upstream.Revocation{FirmID: 100 + i, At: before})
+		}
+		f.revoked.Add(upstream.Revocation{FirmID: 1, UserID: 99, At: before})
+		defer func() { f.revoked.Prune(time.Now().Add(time.Hour)) }()
+		run(b, "/realty/1", auth, 200, false)
+	})
 	b.Run("view hit, access log to a JSON handler", func(b *testing.B) {
 		f.srv.cfg.AccessLog = "all"
 		defer func() { f.srv.cfg.AccessLog = "off" }()

@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/internal/settings"
+	"github.com/realty-gateway/gateway/upstream"
 )
 
 // staleListings answers every view as a stale copy stored an hour ago, as
@@ -106,5 +108,47 @@ func TestOriginSecret(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.want, body)
 			}
 		})
+	}
+}
+
+// TestCDNModeRevokedTokenReadsNoPassiveListing: in CDN mode a passive
+// listing is never public (private, varying by Authorization), so a shared
+// cache never holds one and every read of it reaches the gateway, which
+// refuses a revoked token, also when the CDN sends its origin secret
+// beside it; the secret alone reads active listings only.
+func TestCDNModeRevokedTokenReadsNoPassiveListing(t *testing.T) {
+	const secret = "origin-secret-origin-secret-origin-secret"
+	f := newFixtureWith(t, func(c *Config) {
+		c.CDN = CDN{Enabled: true, SMaxAge: time.Minute, OriginSecret: settings.Secret(secret), OriginHeader: "X-Origin-Auth"}
+	}, NoPurge{})
+	owner := bearer(t, 1, 1)
+	get := func(path string, header map[string]string) (*http.Response, string) {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		return f.do(t, req)
+	}
+	viaCDN := map[string]string{"Authorization": owner, "X-Origin-Auth": secret}
+
+	resp, body := get("/realty/2", viaCDN)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Cache-Control") != "private, no-cache" || resp.Header.Get("Vary") != "Authorization" {
+		t.Fatalf("the owner's passive listing: %d, Cache-Control %q, Vary %q; want 200, private, varying by Authorization: %s",
+			resp.StatusCode, resp.Header.Get("Cache-Control"), resp.Header.Get("Vary"), body)
+	}
+	if resp, _ := get("/realty/1", viaCDN); !strings.HasPrefix(resp.Header.Get("Cache-Control"), "public") {
+		t.Fatalf("an active listing in CDN mode: Cache-Control %q; want public", resp.Header.Get("Cache-Control"))
+	}
+
+	f.revoked.Add(upstream.Revocation{FirmID: 1, UserID: 1, At: time.Now()})
+	for _, path := range []string{"/realty/2", "/realty/1-2"} {
+		resp, body := get(path, viaCDN)
+		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("%s with the revoked token and the origin secret: %d, Cache-Control %q; want 401, no-store: %s",
+				path, resp.StatusCode, resp.Header.Get("Cache-Control"), body)
+		}
+	}
+	if resp, _ := get("/realty/2", map[string]string{"X-Origin-Auth": secret}); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("the passive listing with the origin secret alone: %d; want 404", resp.StatusCode)
 	}
 }

@@ -74,6 +74,9 @@ type Observer interface {
 	// RateLimited counts a login refused by a limit: ip, key, account,
 	// unknown_keys.
 	RateLimited(limit string)
+	// AuthFailure counts a request refused for its token: missing,
+	// malformed, invalid, expired, revoked.
+	AuthFailure(reason string)
 }
 
 // NoObserver observes nothing.
@@ -82,6 +85,24 @@ type NoObserver struct{}
 func (NoObserver) Request(string, string, int, time.Duration) {}
 func (NoObserver) Login(string)                               {}
 func (NoObserver) RateLimited(string)                         {}
+func (NoObserver) AuthFailure(string)                         {}
+
+// Revocations says whether a token is revoked: issued at issuedMs
+// (milliseconds since 1970) to firmID's user userID, at or before a
+// revocation of the user or of the whole firm. Generation names the
+// revocations in force and grows with every change: a token found not
+// revoked stays so while it stays the same. Both run on every request with
+// a token, so they must be cheap and must not block.
+type Revocations interface {
+	Revoked(firmID, userID, issuedMs int64) bool
+	Generation() uint64
+}
+
+// NoRevocations revokes nothing.
+type NoRevocations struct{}
+
+func (NoRevocations) Revoked(int64, int64, int64) bool { return false }
+func (NoRevocations) Generation() uint64               { return 1 }
 
 // Accounts finds firms and users for login.
 type Accounts interface {
@@ -100,6 +121,7 @@ type Server struct {
 	accounts Accounts
 	purger   Purger
 	limiter  RateLimiter
+	revoked  Revocations
 	verified *otter.Cache[uint64, *verifiedToken]
 	// origin is the principal of a CDN that proved the origin secret: no
 	// firm, so it reads active listings only.
@@ -125,9 +147,10 @@ type Server struct {
 	propagator propagation.TextMapPropagator
 }
 
-// New builds a Server. It hashes one random password for the dummy
-// verification of unknown accounts.
-func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, purger Purger, log *slog.Logger) (*Server, error) {
+// New builds a Server; every token it accepts is checked against revoked.
+// It hashes one random password for the dummy verification of unknown
+// accounts.
+func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, purger Purger, revoked Revocations, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -164,6 +187,7 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 		accounts:            accounts,
 		purger:              purger,
 		limiter:             limiter,
+		revoked:             revoked,
 		verified:            newVerifiedTokens(),
 		tokenSeed:           maphash.MakeSeed(),
 		origin:              &verifiedToken{},

@@ -19,6 +19,7 @@ import (
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/internal/settings"
 	"github.com/realty-gateway/gateway/ratelimit"
+	"github.com/realty-gateway/gateway/revocation"
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
 )
@@ -39,6 +40,8 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 type fixture struct {
 	app *fiber.App
 	srv *Server
+	// revoked is the Set the token check consults.
+	revoked *revocation.Set
 }
 
 func newFixture(t testing.TB) fixture {
@@ -141,11 +144,12 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 	if o.listings != nil {
 		wrapped = o.listings(wrapped)
 	}
-	srv, err := New(cfg, wrapped, accounts, limiter, purger, log)
+	revoked := revocation.NewSet()
+	srv, err := New(cfg, wrapped, accounts, limiter, purger, revoked, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fixture{app: srv.App(), srv: srv}
+	return fixture{app: srv.App(), srv: srv, revoked: revoked}
 }
 
 // must fails the test when a fixture step fails.
@@ -239,6 +243,9 @@ func TestTokenConformance(t *testing.T) {
 		{name: "malicious kid", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "../../etc/passwd", goodClaims(now), testSecret), want: 401},
 		{name: "no kid", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "", goodClaims(now), testSecret), want: 401},
 		{name: "no exp", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "exp", nil), testSecret), want: 401},
+		{name: "no iat", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "iat", nil), testSecret), want: 401},
+		{name: "iatMs as string", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "iatMs", "1"), testSecret), want: 401},
+		{name: "iatMs a fraction", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "iatMs", 1.5), testSecret), want: 401},
 		{name: "exp just past, beyond leeway", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "exp", now.Add(-31*time.Second).Unix()), testSecret), want: 401},
 		{name: "exp just past, within leeway", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "exp", now.Add(-10*time.Second).Unix()), testSecret), want: 200},
 		{name: "future nbf", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "nbf", now.Add(time.Minute).Unix()), testSecret), want: 401},
@@ -400,7 +407,7 @@ func TestIssuedTokenCarriesTheClaims(t *testing.T) {
 		t.Fatalf("kid = %v", parsed.Header["kid"])
 	}
 	claims := parsed.Claims.(jwt.MapClaims)
-	for _, name := range []string{"iss", "aud", "sub", "firmId", "firmUserId", "iat", "nbf", "exp", "jti"} {
+	for _, name := range []string{"iss", "aud", "sub", "firmId", "firmUserId", "iat", "iatMs", "nbf", "exp", "jti"} {
 		if _, ok := claims[name]; !ok {
 			t.Errorf("claim %s missing", name)
 		}

@@ -101,7 +101,7 @@ func (s *Server) login(c *fiber.Ctx) (err error) {
 	if err != nil {
 		return err
 	}
-	tok, err := s.issueToken(user.FirmID, user.ID, time.Now())
+	tok, err := s.issueToken(user.FirmID, user.ID, requestTime(c))
 	if err != nil {
 		return err
 	}

@@ -3,15 +3,17 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/realty-gateway/gateway/upstream"
 )
 
 // TestCreateNumberLimits walks a firm up to the largest listing number over
-// HTTP. The steps run in order, on one store.
+// HTTP, and auto-numbers after it. The steps run in order, on one store.
 func TestCreateNumberLimits(t *testing.T) {
 	f := newFixture(t)
 	auth := bearer(t, 1, 1)
@@ -38,11 +40,13 @@ func TestCreateNumberLimits(t *testing.T) {
 		{name: "fraction", give: `{"title":"x","categoryId":1.5,"location":{"cityId":1}}`, wantStatus: 422,
 			wantErrors: []upstream.FieldError{{Field: "categoryId", Message: "must be an integer"}}},
 		{name: "largest number", give: body(`,"no":9007199254740991`), wantStatus: 201, wantListingID: "1-9007199254740991"},
-		{name: "none left to assign", give: body(``), wantStatus: 422,
-			wantErrors: []upstream.FieldError{{Field: "no", Message: "has no free value…"}}},
-		{name: "still none left", give: body(`,"no":0`), wantStatus: 422,
-			wantErrors: []upstream.FieldError{{Field: "no", Message: "has no free value…"}}},
-		{name: "a free number", give: body(`,"no":7`), wantStatus: 201, wantListingID: "1-7"},
+		// The largest number does not take auto-numbering away from the
+		// firm: the counter goes on from where it was (1-1 and 1-2 exist).
+		{name: "auto-numbered after the largest", give: body(``), wantStatus: 201, wantListingID: "1-3"},
+		{name: "no 0 is auto-numbered too", give: body(`,"no":0`), wantStatus: 201, wantListingID: "1-4"},
+		{name: "a free number", give: body(`,"no":6`), wantStatus: 201, wantListingID: "1-6"},
+		{name: "auto-numbered past a given one", give: body(``), wantStatus: 201, wantListingID: "1-5"},
+		{name: "and the one after it", give: body(``), wantStatus: 201, wantListingID: "1-7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,5 +77,53 @@ func TestCreateNumberLimits(t *testing.T) {
 				t.Fatalf("errors %+v, want %+v", problem.Errors, tt.wantErrors)
 			}
 		})
+	}
+}
+
+// TestConcurrentAutoNumberedCreates: after a create with the largest
+// number, creates without a number, two at a time, all get 201 and
+// numbers that no other listing of the firm has.
+func TestConcurrentAutoNumberedCreates(t *testing.T) {
+	f := newFixture(t)
+	auth := bearer(t, 1, 1)
+	body := `{"title":"x","categoryId":1,"location":{"cityId":1}}`
+	if resp, got := f.send(t, http.MethodPost, "/realty", auth, `{"title":"x","no":9007199254740991,"categoryId":1,"location":{"cityId":1}}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create with the largest number: %d %s", resp.StatusCode, got)
+	}
+	seen := map[any]bool{"1-1": true, "1-2": true, "1-9007199254740991": true}
+	for round := range 10 {
+		var wg sync.WaitGroup
+		var ids [2]any
+		for i := range ids {
+			wg.Go(func() {
+				req := httptest.NewRequest(http.MethodPost, "/realty", strings.NewReader(body))
+				req.Header.Set("Authorization", auth)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := f.app.Test(req, -1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer resp.Body.Close()
+				var created struct {
+					ListingID string `json:"listingId"`
+				}
+				if err := json.NewDecoder(resp.Body).Decode(&created); err != nil || resp.StatusCode != http.StatusCreated {
+					t.Errorf("round %d: status %d, %v", round, resp.StatusCode, err)
+					return
+				}
+				ids[i] = created.ListingID
+			})
+		}
+		wg.Wait()
+		for _, id := range ids {
+			if id == nil {
+				t.FailNow()
+			}
+			if seen[id] {
+				t.Fatalf("round %d: listing number %v given twice", round, id)
+			}
+			seen[id] = true
+		}
 	}
 }

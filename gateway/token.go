@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	jwtware "github.com/gofiber/contrib/jwt"
@@ -37,13 +38,20 @@ type principal struct {
 	FirmUserID int64
 }
 
-// issuedClaims are the claims of a token this gateway issues.
+// issuedClaims are the claims of a token this gateway issues. iat has
+// one-second resolution (RFC 7519 NumericDate, as golang-jwt writes it);
+// iatMs is the same time in milliseconds, so that a revocation compares
+// exactly (see issuedMs).
 type issuedClaims struct {
 	jwt.RegisteredClaims
+	IssuedAtMs int64 `json:"iatMs"`
 	FirmID     int64 `json:"firmId"`
 	FirmUserID int64 `json:"firmUserId"`
 }
 
+// issueToken issues a token at now: the time the login arrived, before the
+// firm and the user were read, so that a login that read them before a
+// revocation was recorded issues a token that the revocation covers.
 func (s *Server) issueToken(firmID, userID int64, now time.Time) (string, error) {
 	jti := make([]byte, 16)
 	if _, err := rand.Read(jti); err != nil {
@@ -59,6 +67,7 @@ func (s *Server) issueToken(firmID, userID int64, now time.Time) (string, error)
 			IssuedAt:  jwt.NewNumericDate(now),
 			ID:        hex.EncodeToString(jti),
 		},
+		IssuedAtMs: now.UnixMilli(),
 		FirmID:     firmID,
 		FirmUserID: userID,
 	}
@@ -106,6 +115,7 @@ type checkedClaims struct {
 	ExpiresAt  *epochSeconds    `json:"exp"`
 	NotBefore  *epochSeconds    `json:"nbf"`
 	IssuedAt   *epochSeconds    `json:"iat"`
+	IssuedAtMs *int64           `json:"iatMs"`
 	ID         string           `json:"jti"`
 	FirmID     int64            `json:"firmId"`
 	FirmUserID int64            `json:"firmUserId"`
@@ -125,6 +135,8 @@ func (c *checkedClaims) Validate() error {
 	switch {
 	case c.ExpiresAt == nil:
 		return errors.New("exp is required")
+	case c.IssuedAt == nil:
+		return errors.New("iat is required")
 	case c.Issuer == "" || len(c.Audience) == 0:
 		return errors.New("iss and aud are required")
 	case c.FirmID <= 0 || c.FirmUserID <= 0:
@@ -135,22 +147,52 @@ func (c *checkedClaims) Validate() error {
 	return nil
 }
 
-// checkClaims applies the configured issuer, audience and leeway.
-func (s *Server) checkClaims(c *checkedClaims, now time.Time) error {
-	switch {
-	case c.Issuer != s.cfg.JWT.Issuer:
-		return errors.New("wrong issuer")
-	case !slices.Contains(c.Audience, s.cfg.JWT.Audience):
-		return errors.New("wrong audience")
-	case !now.Before(c.ExpiresAt.time().Add(s.cfg.JWT.Leeway)):
-		return errors.New("token expired")
-	case c.NotBefore != nil && now.Before(c.NotBefore.time().Add(-s.cfg.JWT.Leeway)):
-		return errors.New("token not yet valid")
+// issuedMs is when the token was issued, in milliseconds since 1970, as a
+// revocation compares it: iatMs when it lies within iat's second (tokens of
+// this gateway), else the start of iat's second. A revocation at T refuses
+// a token issued at or before T, so a token with only iat, issued in T's
+// second, is refused, and one issued in a later second is not.
+func (c *checkedClaims) issuedMs() int64 {
+	sec := int64(math.Floor(float64(*c.IssuedAt)))
+	ms := sec * 1000
+	if c.IssuedAtMs != nil && *c.IssuedAtMs >= ms && *c.IssuedAtMs < ms+1000 {
+		return *c.IssuedAtMs
 	}
-	return nil
+	return ms
 }
 
+// Reasons for refusing a token, as AuthFailure counts them.
+const (
+	authMissing   = "missing"   // no Authorization header
+	authMalformed = "malformed" // not exactly "Bearer <token68>"
+	authInvalid   = "invalid"   // signature, key, or a claim other than exp
+	authExpired   = "expired"
+	authRevoked   = "revoked"
+)
+
+// checkClaims applies the configured issuer, audience and leeway, and
+// returns the reason for refusing the token, or "".
+func (s *Server) checkClaims(c *checkedClaims, now time.Time) string {
+	switch {
+	case c.Issuer != s.cfg.JWT.Issuer, !slices.Contains(c.Audience, s.cfg.JWT.Audience):
+		return authInvalid
+	case !now.Before(c.ExpiresAt.time().Add(s.cfg.JWT.Leeway)):
+		return authExpired
+	case c.NotBefore != nil && now.Before(c.NotBefore.time().Add(-s.cfg.JWT.Leeway)):
+		return authInvalid
+	}
+	return ""
+}
+
+// errUnauthorized is the one answer to every refused token, whatever the
+// reason: missing, malformed, invalid, expired or revoked.
 var errUnauthorized = &problem{status: fiber.StatusUnauthorized, detail: "A valid bearer token is required."}
+
+// refuse counts a refused token and answers errUnauthorized.
+func (s *Server) refuse(reason string) error {
+	s.observer().AuthFailure(reason)
+	return errUnauthorized
+}
 
 // requireToken checks the bearer token before anything else of a request.
 func (s *Server) requireToken() fiber.Handler {
@@ -163,25 +205,34 @@ func (s *Server) requireToken() fiber.Handler {
 		Claims:      &checkedClaims{},
 		ContextKey:  tokenKey,
 		ErrorHandler: func(_ *fiber.Ctx, _ error) error {
-			return errUnauthorized
+			return s.refuse(authInvalid)
 		},
 		SuccessHandler: func(c *fiber.Ctx) error {
 			tok, ok := c.Locals(tokenKey).(*jwt.Token)
 			if !ok {
-				return errUnauthorized
+				return s.refuse(authInvalid)
 			}
 			now := requestTime(c)
 			claims, ok := tok.Claims.(*checkedClaims)
-			if !ok || s.checkClaims(claims, now) != nil {
-				return errUnauthorized
+			if !ok {
+				return s.refuse(authInvalid)
+			}
+			if reason := s.checkClaims(claims, now); reason != "" {
+				return s.refuse(reason)
 			}
 			header := c.Request().Header.Peek(fiber.HeaderAuthorization)
 			v := &verifiedToken{
 				header:    string(header),
 				principal: principal{FirmID: claims.FirmID, FirmUserID: claims.FirmUserID},
+				issuedMs:  claims.issuedMs(),
 				until:     min(claims.ExpiresAt.time().Add(s.cfg.JWT.Leeway).UnixNano(), now.Add(verifiedTokenTTL).UnixNano()),
 			}
+			// Remembered even when revoked: the revocation is checked on
+			// every use, and a revoked token sent again costs no signature.
 			s.verified.Set(maphash.Bytes(s.tokenSeed, header), v)
+			if s.isRevoked(v) {
+				return s.refuse(authRevoked)
+			}
 			c.Locals(principalKey, v)
 			return c.Next()
 		},
@@ -189,14 +240,22 @@ func (s *Server) requireToken() fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		header := c.Request().Header.Peek(fiber.HeaderAuthorization)
 		// A header equal to one that passed every check was well formed
-		// then: only an unknown one is scanned.
+		// then: only an unknown one is scanned. A remembered token is
+		// checked against the revocations on every use, so that a token
+		// verified a minute ago is refused once it is revoked.
 		if v, ok := s.verified.GetIfPresent(maphash.Bytes(s.tokenSeed, header)); ok &&
 			v.header == string(header) && requestTime(c).UnixNano() < v.until {
+			if s.isRevoked(v) {
+				return s.refuse(authRevoked)
+			}
 			c.Locals(principalKey, v)
 			return c.Next()
 		}
-		if !wellFormedBearer(header) {
-			return errUnauthorized
+		switch {
+		case len(header) == 0:
+			return s.refuse(authMissing)
+		case !wellFormedBearer(header):
+			return s.refuse(authMalformed)
 		}
 		return verify(c)
 	}
@@ -227,6 +286,21 @@ func (s *Server) originOr(auth fiber.Handler) fiber.Handler {
 	}
 }
 
+// isRevoked checks v against the revocations in force. A token found not
+// revoked remembers their generation, so that its next uses skip the
+// lookup until a revocation comes or goes.
+func (s *Server) isRevoked(v *verifiedToken) bool {
+	gen := s.revoked.Generation()
+	if v.notRevokedAt.Load() == gen {
+		return false
+	}
+	if s.revoked.Revoked(v.principal.FirmID, v.principal.FirmUserID, v.issuedMs) {
+		return true
+	}
+	v.notRevokedAt.Store(gen)
+	return false
+}
+
 // verifiedToken is a token that passed every check, remembered so that the
 // next request with it skips the signature and the claims: the same bytes
 // give the same answer until the token expires. Only valid tokens are
@@ -235,7 +309,11 @@ func (s *Server) originOr(auth fiber.Handler) fiber.Handler {
 type verifiedToken struct {
 	header    string
 	principal principal
+	issuedMs  int64 // see checkedClaims.issuedMs
 	until     int64 // unix nanoseconds
+	// notRevokedAt is the generation of the revocations at which the
+	// token was last found not revoked; 0: never.
+	notRevokedAt atomic.Uint64
 }
 
 // Bounds of the verified-token memory.

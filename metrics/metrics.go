@@ -1,6 +1,7 @@
 // Package metrics owns the gateway's Prometheus registry: the Go and
 // process collectors, the counters and histograms the request path feeds
-// (requests, logins, rate-limit rejections, store calls), and gauges and
+// (requests, logins, rate-limit rejections, refused tokens, store calls),
+// and gauges and
 // counters read from the components' own counters at scrape time, which
 // cost the request path nothing. Metric names are a contract for
 // dashboards and alerts; the README lists them.
@@ -23,6 +24,7 @@ type Metrics struct {
 	requests   *requests
 	logins     *prometheus.CounterVec
 	rejections *prometheus.CounterVec
+	authFails  *prometheus.CounterVec
 	store      *prometheus.CounterVec
 	storeTime  *prometheus.HistogramVec
 }
@@ -40,6 +42,9 @@ func New() *Metrics {
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_ratelimit_rejections_total", Help: "Logins refused by a limit, by limit.",
 		}, []string{"limit"}),
+		authFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_auth_failures_total", Help: "Requests refused for their bearer token, by reason: missing, malformed, invalid, expired, revoked.",
+		}, []string{"reason"}),
 		store: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_store_requests_total", Help: "Store calls by operation and outcome: ok, not_found, error, rejected.",
 		}, []string{"op", "outcome"}),
@@ -48,7 +53,10 @@ func New() *Metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"op", "outcome"}),
 	}
-	reg.MustRegister(m.requests, m.logins, m.rejections, m.store, m.storeTime)
+	for _, reason := range AuthFailureReasons() { // every series exists from the start, at 0
+		m.authFails.WithLabelValues(reason)
+	}
+	reg.MustRegister(m.requests, m.logins, m.rejections, m.authFails, m.store, m.storeTime)
 	return m
 }
 
@@ -69,6 +77,15 @@ func (m *Metrics) Login(outcome string) { m.logins.WithLabelValues(outcome).Inc(
 
 // RateLimited counts a login refused by the named limit.
 func (m *Metrics) RateLimited(limit string) { m.rejections.WithLabelValues(limit).Inc() }
+
+// AuthFailureReasons are the reason label values of
+// gateway_auth_failures_total.
+func AuthFailureReasons() []string {
+	return []string{"missing", "malformed", "invalid", "expired", "revoked"}
+}
+
+// AuthFailure counts a request refused for its token.
+func (m *Metrics) AuthFailure(reason string) { m.authFails.WithLabelValues(reason).Inc() }
 
 // StoreCall counts one store call.
 func (m *Metrics) StoreCall(op, outcome string, d time.Duration) {

@@ -142,3 +142,18 @@ func (g *Guarded) DeleteListing(ctx context.Context, firmID, id int64) (Listing,
 		return g.store.DeleteListing(ctx, firmID, id)
 	})
 }
+
+// Revocations and PruneRevocations serve the token check: every gateway
+// loads and polls the revocations in force.
+
+func (g *Guarded) Revocations(ctx context.Context, since time.Time) ([]Revocation, error) {
+	return guard(ctx, g, "revocations", func(ctx context.Context) ([]Revocation, error) {
+		return g.store.Revocations(ctx, since)
+	})
+}
+
+func (g *Guarded) PruneRevocations(ctx context.Context, before time.Time) (int64, error) {
+	return guard(ctx, g, "prune_revocations", func(ctx context.Context) (int64, error) {
+		return g.store.PruneRevocations(ctx, before)
+	})
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Domain errors. Adapters translate their own errors into these at the
@@ -37,6 +38,15 @@ type User struct {
 	FirmID       int64
 	Email        string
 	PasswordHash string
+}
+
+// Revocation says that tokens issued to a firm's user, or with UserID 0 to
+// any user of the firm, at or before At are no longer valid. At has
+// millisecond resolution.
+type Revocation struct {
+	FirmID int64
+	UserID int64
+	At     time.Time
 }
 
 // NormalizeEmail is the one form in which e-mails are stored and compared.
@@ -251,13 +261,39 @@ type Store interface {
 	// user's row, listings and e-mail stay. Disabling a disabled user
 	// changes nothing and succeeds; an unknown user is ErrNotFound.
 	DisableUser(ctx context.Context, firmID int64, email string) (User, error)
+	// EnableUser enables the firm's user with this e-mail (normalized
+	// first) and returns it: from then on UserByEmail finds it again.
+	// Tokens revoked while it was disabled stay revoked. Enabling an
+	// enabled user changes nothing and succeeds; an unknown user is
+	// ErrNotFound.
+	EnableUser(ctx context.Context, firmID int64, email string) (User, error)
+
+	// RevokeTokens records that the tokens issued at or before at to the
+	// firm's user with this e-mail (normalized first), or with an empty
+	// e-mail to any user of the firm, are no longer valid, and returns the
+	// revocation in force for that scope: of two for the same scope, the
+	// later time stays. at is kept to the millisecond. An unknown firm, or
+	// an e-mail that is no user of the firm (enabled or disabled), is
+	// ErrNotFound.
+	RevokeTokens(ctx context.Context, firmID int64, email string, at time.Time) (Revocation, error)
+	// Revocations returns every recorded revocation whose time is after
+	// since.
+	Revocations(ctx context.Context, since time.Time) ([]Revocation, error)
+	// PruneRevocations removes the revocations whose time is before
+	// before, and returns how many it removed.
+	PruneRevocations(ctx context.Context, before time.Time) (int64, error)
+
 	// ImportListings stores new listings atomically: all or none. It keeps
 	// the given id and no, assigns those that are zero, and returns the
-	// stored listings. A bad entry is reported as *ImportError. A given id
-	// or no outside [1, MaxNumber], or a zero one when the largest so far
-	// is MaxNumber, is a *ValidationError for field "id" or "no" (so
-	// ErrInvalid); a taken one is ErrConflict. It is also the create path
-	// of POST /realty, with one listing.
+	// stored listings. Ids are assigned above the largest one so far;
+	// numbers from the firm's counter, which starts at 1 and skips every
+	// number in use, so that a given number never leaves the firm without
+	// numbers to assign. A bad entry is reported as *ImportError. A given
+	// id or no outside [1, MaxNumber], a zero id when the largest so far is
+	// MaxNumber, or a zero no when every number of the firm is in use, is a
+	// *ValidationError for field "id" or "no" (so ErrInvalid); a taken one
+	// is ErrConflict. It is also the create path of POST /realty, with one
+	// listing.
 	ImportListings(ctx context.Context, ls []Listing) ([]Listing, error)
 	// UpdateListing replaces the listing l.ID of firm l.FirmID. It keeps
 	// no, firmUserId and createdDate, sets updatedDate to now, raises the

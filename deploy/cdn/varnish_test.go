@@ -36,6 +36,7 @@ type edge struct {
 	varnish                 string // base URL
 	purgeProxy, originProxy *gatewaytest.Proxy
 	owner, other            string // tokens: the listings' firm, another firm
+	ownerKey                string // the listings' firm's API key
 	firm                    int64
 	client                  *http.Client
 }
@@ -90,7 +91,8 @@ func startEdge(t *testing.T) *edge {
 	e.gw = gatewaytest.Start(t, bin, env)
 	e.bin, e.env = bin, env
 	e.originProxy = gatewaytest.NewProxy(t, strings.TrimPrefix(e.gw.Base, "http://"))
-	e.owner = e.token(t, f["apiKey"].(string), "a@edge.example")
+	e.ownerKey = f["apiKey"].(string)
+	e.owner = e.token(t, e.ownerKey, "a@edge.example")
 	e.other = e.token(t, f2["apiKey"].(string), "b@other.example")
 	e.startVarnish(t, varnishAddr)
 	return e
@@ -372,6 +374,39 @@ func TestVarnish(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("a wrong origin secret: %d, want 401", resp.StatusCode)
+		}
+	})
+
+	// Last: it revokes the owner's token.
+	t.Run("7 a revoked token reads no passive listing through Varnish", func(t *testing.T) {
+		if got := e.get(t, "/realty/2", e.owner); got.status != 200 || got.control != "private, no-cache" {
+			t.Fatalf("passive listing with its owner's token through Varnish: %d %q; want 200, private", got.status, got.control)
+		}
+		out := gatewaytest.Admin(t, e.bin, e.env, "", "token", "revoke", "--firm", fmt.Sprint(e.firm), "--email", "a@edge.example")
+		revoked := time.Now()
+		if out["announced"] != true {
+			t.Fatalf("token revoke printed %v; want it announced", out)
+		}
+		for {
+			got := e.get(t, "/realty/2", e.owner)
+			if got.status == http.StatusUnauthorized {
+				t.Logf("the revoked token got 401 for the passive listing through Varnish %v after the revocation",
+					time.Since(revoked).Round(time.Millisecond))
+				break
+			}
+			if time.Since(revoked) > time.Second {
+				t.Fatalf("passive listing with the revoked token through Varnish: %d %q; want 401 within 1s", got.status, got.title)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// Active listings are public in CDN mode: Varnish serves its copy to
+		// any request, with a revoked token or none.
+		if got := e.get(t, "/realty/1", e.owner); got.status != 200 {
+			t.Fatalf("active listing with the revoked token through Varnish: %d; want Varnish's public copy", got.status)
+		}
+		fresh := e.token(t, e.ownerKey, "a@edge.example")
+		if got := e.get(t, "/realty/2", fresh); got.status != 200 || got.title != "passive" {
+			t.Fatalf("passive listing with a token issued after the revocation: %d %q", got.status, got.title)
 		}
 	})
 }

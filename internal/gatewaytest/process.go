@@ -18,6 +18,7 @@ import (
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/feed"
+	"github.com/realty-gateway/gateway/revocation"
 )
 
 // Process is a running gateway. Base and AdminBase are its two listeners
@@ -126,7 +127,8 @@ type Stats struct {
 	Purges      struct {
 		Sent, Failed, Dropped uint64
 	} `json:"purges"`
-	Feed feed.Stats `json:"feed"`
+	Feed        feed.Stats       `json:"feed"`
+	Revocations revocation.Stats `json:"revocations"`
 }
 
 // Stats reads /stats from the admin listener; a failure fails the test.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/realty-gateway/gateway/upstream"
@@ -41,7 +42,9 @@ func requireNoWrappedNumber(t *testing.T, s upstream.Store, firmID int64) {
 }
 
 // testNumberLimits checks the bound upstream.MaxNumber on ids and numbers,
-// given or assigned.
+// given or assigned: ids are assigned above the largest, so none is left
+// after it; numbers from the firm's counter, so the largest one given
+// leaves the rest free.
 func testNumberLimits(t *testing.T, open func(t *testing.T) upstream.Store) {
 	const top = upstream.MaxNumber
 	tests := []struct {
@@ -63,17 +66,17 @@ func testNumberLimits(t *testing.T, open func(t *testing.T) upstream.Store) {
 			want: []idNo{{top, 1}},
 		},
 		{
-			name:      "number after the largest stored",
-			giveSeed:  func(f fixture) []upstream.Listing { return []upstream.Listing{f.listing(0, top)} },
-			give:      func(f fixture) []upstream.Listing { return []upstream.Listing{f.listing(0, 0)} },
-			wantIndex: 0, wantField: "no",
+			name:     "number assigned after the largest stored",
+			giveSeed: func(f fixture) []upstream.Listing { return []upstream.Listing{f.listing(0, top)} },
+			give:     func(f fixture) []upstream.Listing { return []upstream.Listing{f.listing(0, 0)} },
+			want:     []idNo{{2, 1}},
 		},
 		{
-			name: "number after the largest in the file",
+			name: "numbers assigned after the largest in the file",
 			give: func(f fixture) []upstream.Listing {
 				return []upstream.Listing{f.listing(0, top-1), f.listing(0, 0), f.listing(0, 0)}
 			},
-			wantIndex: 2, wantField: "no",
+			want: []idNo{{1, top - 1}, {2, 1}, {3, 2}},
 		},
 		{
 			name:      "id after the largest stored",
@@ -151,8 +154,10 @@ func testNumberLimits(t *testing.T, open func(t *testing.T) upstream.Store) {
 // database of the fresh store s, outside it (*sql.DB.ExecContext,
 // *pgx.Conn.Exec). A number of 0 or less is refused by the CHECK
 // constraint listings_no_positive, on insert and on update, tombstones
-// included; and a number that an older release stored past
-// upstream.MaxNumber leaves no number to assign, rather than a wrapped one.
+// included; a number that an older release stored past upstream.MaxNumber
+// does not make the next one wrap; and the firm's counter (firms.next_no),
+// however it was set, starts again from 1 past the bound and skips every
+// number in use.
 // The SQL is common to SQLite and PostgreSQL.
 func CheckNumberConstraint[Result any](t *testing.T, s upstream.Store,
 	exec func(ctx context.Context, stmt string, args ...any) (Result, error),
@@ -206,12 +211,148 @@ func CheckNumberConstraint[Result any](t *testing.T, s upstream.Store,
 	}
 	requireStored(t, s, stored)
 
-	// A number stored past the bound by an older release: the next one
-	// would wrap around to a negative number.
+	// A number stored past the bound by an older release, which max + 1
+	// would have wrapped around to a negative number: the counter takes a
+	// free number instead. Rows written beside the store do not move the
+	// counter, and are skipped.
 	if err := run(insert(102, math.MaxInt64, false)); err != nil {
 		t.Fatalf("insert no %d: %v", int64(math.MaxInt64), err)
 	}
-	_, err := s.ImportListings(ctx, []upstream.Listing{f.listing(0, 0)})
-	requireNumberError(t, err, 0, "no")
-	requireNoWrappedNumber(t, s, f.firmA.ID)
+	next := func(want int64) {
+		t.Helper()
+		got, err := s.ImportListings(ctx, []upstream.Listing{f.listing(0, 0)})
+		if err != nil || got[0].No != want {
+			t.Fatalf("ImportListings() of an auto-numbered listing = %+v, %v; want number %d", got, err, want)
+		}
+		requireNoWrappedNumber(t, s, f.firmA.ID)
+	}
+	next(2)
+	// A counter at the bound, or past it (set by hand), starts again from
+	// 1, skipping what is in use.
+	mustImport(t, s, []upstream.Listing{f.listing(0, upstream.MaxNumber)})
+	for _, counter := range []int64{upstream.MaxNumber, upstream.MaxNumber + 1, math.MaxInt64, 0, -5} {
+		if err := run(fmt.Sprintf(`UPDATE firms SET next_no = %d WHERE id = %d`, counter, f.firmA.ID)); err != nil {
+			t.Fatalf("set the counter to %d: %v", counter, err)
+		}
+		var want int64
+		switch counter {
+		case upstream.MaxNumber:
+			want = 3
+		case upstream.MaxNumber + 1:
+			want = 4
+		case math.MaxInt64:
+			want = 5
+		case 0:
+			want = 6
+		default:
+			want = 7
+		}
+		next(want)
+	}
+	// Past the numbers by hand, 50 and 51 (a tombstone) are skipped.
+	if err := run(fmt.Sprintf(`UPDATE firms SET next_no = 50 WHERE id = %d`, f.firmA.ID)); err != nil {
+		t.Fatal(err)
+	}
+	next(52)
+}
+
+// testNumberCounter checks the firm's counter of listing numbers: it
+// starts at 1, skips every number in use (given ones, tombstones), and is
+// not moved by given numbers.
+func testNumberCounter(t *testing.T, open func(t *testing.T) upstream.Store) {
+	const top = upstream.MaxNumber
+	tests := []struct {
+		name  string
+		steps [][]int64 // numbers of successive imports of firm A; 0 is assigned
+		want  []int64   // numbers of the last import
+	}{
+		{name: "after the largest number", steps: [][]int64{{top}, {0}, {0}}, want: []int64{2}},
+		{name: "given numbers do not move it", steps: [][]int64{{100}, {0, 0}}, want: []int64{1, 2}},
+		{name: "numbers in use are skipped", steps: [][]int64{{1, 2, 3, 5}, {0, 0, 0}}, want: []int64{4, 6, 7}},
+		{name: "numbers given in the same file are skipped", steps: [][]int64{{0, 2, 0, 0}}, want: []int64{1, 2, 3, 4}},
+		{name: "it moves on", steps: [][]int64{{0, 0}, {1000}, {0}}, want: []int64{3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := open(t)
+			f := seed(t, s)
+			var got []upstream.Listing
+			for _, nos := range tt.steps {
+				file := make([]upstream.Listing, len(nos))
+				for i, no := range nos {
+					file[i] = f.listing(0, no)
+				}
+				got = mustImport(t, s, file)
+			}
+			nos := make([]int64, len(got))
+			for i, l := range got {
+				nos[i] = l.No
+				requireStored(t, s, l)
+			}
+			if !slices.Equal(nos, tt.want) {
+				t.Fatalf("numbers of the last import = %v; want %v", nos, tt.want)
+			}
+		})
+	}
+
+	t.Run("tombstones are skipped", func(t *testing.T) {
+		s := open(t)
+		f := seed(t, s)
+		l := mustImport(t, s, []upstream.Listing{f.listing(0, 1)})[0]
+		mustDelete(t, s, f.firmA.ID, l.ID)
+		if got := mustImport(t, s, []upstream.Listing{f.listing(0, 0)})[0]; got.No != 2 {
+			t.Fatalf("number after the tombstone of 1 = %d; want 2", got.No)
+		}
+	})
+
+	t.Run("per firm", func(t *testing.T) {
+		s := open(t)
+		f := seed(t, s)
+		mustImport(t, s, []upstream.Listing{f.listing(0, 0), f.listing(0, 0)})
+		if got := mustImport(t, s, []upstream.Listing{f.listingOfB(0, 0)})[0]; got.No != 1 {
+			t.Fatalf("firm B's first number = %d; want 1", got.No)
+		}
+	})
+}
+
+// testConcurrentAutoNumbers creates auto-numbered listings one by one, as
+// POST /realty does, from several goroutines at once, after a listing with
+// the largest number: every create succeeds, and no number is given twice.
+func testConcurrentAutoNumbers(t *testing.T, open func(t *testing.T) upstream.Store) {
+	const creators, each = 4, 5
+	s := open(t)
+	f := seed(t, s)
+	mustImport(t, s, []upstream.Listing{f.listing(0, upstream.MaxNumber)})
+	var (
+		mu   sync.Mutex
+		nos  = map[int64]int{}
+		errs []error
+	)
+	var wg sync.WaitGroup
+	for range creators {
+		wg.Go(func() {
+			for range each {
+				got, err := s.ImportListings(context.Background(), []upstream.Listing{f.listing(0, 0)})
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					nos[got[0].No]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("concurrent auto-numbered creates failed: %v", errors.Join(errs...))
+	}
+	for no, n := range nos {
+		if n > 1 || no < 1 || no > creators*each {
+			t.Fatalf("numbers given: %v; want each of 1…%d once", nos, creators*each)
+		}
+	}
+	if len(nos) != creators*each {
+		t.Fatalf("%d distinct numbers; want %d", len(nos), creators*each)
+	}
 }

@@ -36,6 +36,8 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 		{"UserByEmail", testUserByEmail},
 		{"RotateFirmKey", testRotateFirmKey},
 		{"DisableUser", testDisableUser},
+		{"EnableUser", testEnableUser},
+		{"RevokeTokens", testRevokeTokens},
 		{"NotFound", testNotFound},
 		{"FullListingRoundTrip", testFullListingRoundTrip},
 		{"MinimalListing", testMinimalListing},
@@ -45,7 +47,9 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 		{"ImportAllOrNothing", testImportAllOrNothing},
 		{"ImportNothing", testImportNothing},
 		{"NumberLimits", testNumberLimits},
+		{"NumberCounter", testNumberCounter},
 		{"ConcurrentImports", testConcurrentImports},
+		{"ConcurrentAutoNumbers", testConcurrentAutoNumbers},
 		{"UpdateListing", testUpdateListing},
 		{"UpdateRejects", testUpdateRejects},
 		{"DeleteListing", testDeleteListing},
@@ -597,14 +601,14 @@ func testImportAssigns(t *testing.T, open func(t *testing.T) upstream.Store) {
 			give: func(f fixture) []upstream.Listing {
 				return []upstream.Listing{f.listing(0, 0), f.listingOfB(0, 0)}
 			},
-			want: []idNo{{6, 10}, {7, 1}},
+			want: []idNo{{6, 1}, {7, 1}}, // numbers come from the firm's counter, not max + 1
 		},
 		{
-			name: "given values count for later zero ones",
+			name: "given ids count for later zero ones; numbers skip those in use",
 			give: func(f fixture) []upstream.Listing {
 				return []upstream.Listing{f.listing(10, 0), f.listing(0, 0), f.listing(3, 7), f.listing(0, 0)}
 			},
-			want: []idNo{{10, 1}, {11, 2}, {3, 7}, {12, 8}},
+			want: []idNo{{10, 1}, {11, 2}, {3, 7}, {12, 3}},
 		},
 		{
 			name:     "given values below the stored maximum",
@@ -612,7 +616,15 @@ func testImportAssigns(t *testing.T, open func(t *testing.T) upstream.Store) {
 			give: func(f fixture) []upstream.Listing {
 				return []upstream.Listing{f.listing(7, 4), f.listing(0, 0)}
 			},
-			want: []idNo{{7, 4}, {51, 51}},
+			want: []idNo{{7, 4}, {51, 1}},
+		},
+		{
+			name:     "numbers skip those in use",
+			giveSeed: func(f fixture) []upstream.Listing { return []upstream.Listing{f.listing(5, 2)} },
+			give: func(f fixture) []upstream.Listing {
+				return []upstream.Listing{f.listing(0, 0), f.listing(0, 0)}
+			},
+			want: []idNo{{6, 1}, {7, 3}},
 		},
 		{
 			name: "numbers are per firm",

@@ -22,13 +22,18 @@ func UpgradedListing(t *testing.T) (upstream.Listing, string) {
 }
 
 // CheckUpgraded checks a store just opened on an old database: the
-// listing reads back, and deleting it works on the upgraded schema.
+// listing reads back, the firm's number counter continues above its
+// largest number, and deleting the listing works on the upgraded schema.
 func CheckUpgraded(t *testing.T, s upstream.Store) {
 	t.Helper()
 	ctx := context.Background()
 	old, _ := UpgradedListing(t)
 	if got, err := s.ListingByNumber(ctx, 1, 3); err != nil || got.Title != old.Title || got.Revision != 1 {
 		t.Fatalf("ListingByNumber() after the upgrade = %+v, %v; want %+v", got, err, old)
+	}
+	next, err := s.ImportListings(ctx, []upstream.Listing{{Title: "Numbered after the upgrade", FirmID: 1, FirmUserID: 1}})
+	if err != nil || next[0].No != 4 {
+		t.Fatalf("auto-numbered import after the upgrade = %+v, %v; want number 4", next, err)
 	}
 	deleted, err := s.DeleteListing(ctx, 1, 7)
 	if err != nil || deleted.ID != 7 || deleted.No != 3 || deleted.Revision != 2 {

@@ -12,16 +12,18 @@ import (
 
 // importListings stores ls through tx as new listings written at now
 // (epoch ms), and returns them as stored. It keeps the given ids and
-// numbers, which must be within [1, upstream.MaxNumber], and gives the next
-// free ones where they are zero. An entry at fault is an
-// *upstream.ImportError: a value out of range, or none left after
-// upstream.MaxNumber, is a *upstream.ValidationError for field "id" or
-// "no". On any error the caller rolls tx back.
+// numbers, which must be within [1, upstream.MaxNumber], and assigns those
+// that are zero: an id above the largest so far, a number from the firm's
+// counter (firms.next_no), the first one from there up that no listing of
+// the firm has, starting again from 1 past upstream.MaxNumber. An entry at
+// fault is an *upstream.ImportError: a value out of range, no id left after
+// upstream.MaxNumber, or no number left in the firm, is a
+// *upstream.ValidationError for field "id" or "no". On any error the caller
+// rolls tx back.
 func importListings(ctx context.Context, tx importTx, ls []upstream.Listing, now int64) ([]upstream.Listing, error) {
 	im := importer{
 		tx:    tx,
 		now:   now,
-		nos:   map[int64]*counter{},
 		firms: map[int64]bool{},
 		users: map[int64]int64{},
 		seen:  map[[2]int64]bool{},
@@ -45,7 +47,7 @@ func importListings(ctx context.Context, tx importTx, ls []upstream.Listing, now
 	return out, nil
 }
 
-// counter tracks the largest id (or no) before the import and so far.
+// counter tracks the largest id before the import and so far.
 type counter struct {
 	stored, max int64
 }
@@ -55,10 +57,9 @@ type importer struct {
 	tx    importTx
 	now   int64
 	ids   counter
-	nos   map[int64]*counter // by firm
-	firms map[int64]bool     // firm id: exists
-	users map[int64]int64    // user id: its firm id, 0 when unknown
-	seen  map[[2]int64]bool  // {0, id} and {firm id, no} taken in this file
+	firms map[int64]bool    // firm id: exists
+	users map[int64]int64   // user id: its firm id, 0 when unknown
+	seen  map[[2]int64]bool // {0, id} and {firm id, no} taken in this file
 }
 
 // domainErr marks an entry's fault, as opposed to a failure of the store.
@@ -93,17 +94,11 @@ func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listi
 	case !ok:
 		return l, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
 	}
-	nos, err := im.firmNos(ctx, l.FirmID)
-	if err != nil {
-		return l, err
-	}
-	no, ok, err := im.take(nos, l.FirmID, l.No, func() (bool, error) {
-		return im.tx.noTaken(ctx, l.FirmID, l.No)
-	})
+	no, ok, err := im.number(ctx, l.FirmID, l.No)
 	switch {
 	case errors.Is(err, errExhausted):
 		return l, reject("next number of firm %d: %w", l.FirmID, upstream.Invalid("no",
-			fmt.Sprintf("has no free value: the firm's listing numbers reach the largest allowed, %d; give an unused one",
+			fmt.Sprintf("has no free value: every listing number of the firm up to the largest allowed, %d, is in use; give an unused one",
 				int64(upstream.MaxNumber))))
 	case err != nil:
 		return l, err
@@ -162,27 +157,56 @@ func (im *importer) checkOwner(ctx context.Context, firmID, userID int64) error 
 	return nil
 }
 
-func (im *importer) firmNos(ctx context.Context, firmID int64) (*counter, error) {
-	if c, ok := im.nos[firmID]; ok {
-		return c, nil
+// number claims give as the firm's listing number, or when give is zero
+// the next free one of the firm's counter, which then moves past it. It
+// reports false when give is taken in this file or in the store. Entries
+// are inserted as they are numbered, so the store's answers include the
+// file's earlier ones.
+func (im *importer) number(ctx context.Context, firmID, give int64) (int64, bool, error) {
+	if give != 0 {
+		if im.seen[[2]int64{firmID, give}] {
+			return 0, false, nil
+		}
+		taken, err := im.tx.noTaken(ctx, firmID, give)
+		if err != nil || taken {
+			return 0, false, err
+		}
+		im.seen[[2]int64{firmID, give}] = true
+		return give, true, nil
 	}
-	stored, err := im.tx.maxNo(ctx, firmID)
+	start, err := im.tx.nextNo(ctx, firmID)
 	if err != nil {
-		return nil, err
+		return 0, false, fmt.Errorf("number counter of firm %d: %w", firmID, err)
 	}
-	c := &counter{stored: stored, max: stored}
-	im.nos[firmID] = c
-	return c, nil
+	if start < 1 || start > upstream.MaxNumber {
+		start = 1
+	}
+	no, err := im.tx.freeNo(ctx, firmID, start)
+	if err == nil && no == 0 && start > 1 {
+		no, err = im.tx.freeNo(ctx, firmID, 1) // wrap around
+	}
+	switch {
+	case err != nil:
+		return 0, false, fmt.Errorf("free number of firm %d: %w", firmID, err)
+	case no == 0:
+		return 0, false, errExhausted
+	}
+	if err := im.tx.setNextNo(ctx, firmID, no+1); err != nil {
+		return 0, false, fmt.Errorf("number counter of firm %d: %w", firmID, err)
+	}
+	im.seen[[2]int64{firmID, no}] = true
+	return no, true, nil
 }
 
-// errExhausted says that the next value would pass upstream.MaxNumber.
+// errExhausted says that the next id would pass upstream.MaxNumber, or that
+// the firm has no free number left.
 var errExhausted = errors.New("no value left")
 
-// take claims give, or the next free value of c when give is zero. It
+// take claims the id give, or the next free id of c when give is zero. It
 // reports false when give is taken in this file or, as taken tells, in the
-// store, and errExhausted when give is zero and the largest value so far is
+// store, and errExhausted when give is zero and the largest id so far is
 // upstream.MaxNumber (or more, in a store written before the bound). scope
-// is 0 for ids and the firm id for numbers.
+// is 0: the file's numbers are in seen under their firm's id.
 func (im *importer) take(c *counter, scope, give int64, taken func() (bool, error)) (int64, bool, error) {
 	if give == 0 {
 		if c.max >= upstream.MaxNumber {
@@ -247,9 +271,32 @@ func (t importTx) maxID(ctx context.Context) (id int64, err error) {
 	return id, err
 }
 
-// maxNo returns the firm's largest listing number, 0 when there is none.
-func (t importTx) maxNo(ctx context.Context, firmID int64) (no int64, err error) {
-	err = t.tx.QueryRow(ctx, `SELECT COALESCE(MAX(no), 0) FROM listings WHERE firm_id = $1`, firmID).Scan(&no)
+// nextNo reads the firm's number counter: where the search for its next
+// free number starts.
+func (t importTx) nextNo(ctx context.Context, firmID int64) (no int64, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT next_no FROM firms WHERE id = $1`, firmID).Scan(&no)
+	return no, err
+}
+
+func (t importTx) setNextNo(ctx context.Context, firmID, no int64) error {
+	return t.tx.Exec(ctx, `UPDATE firms SET next_no = $2 WHERE id = $1`, firmID, no)
+}
+
+// freeNo returns the firm's smallest listing number within [from,
+// upstream.MaxNumber] that no listing of the firm has, tombstones
+// included, or 0 when there is none. The first free number is from itself
+// or follows a taken one, so the candidates are from and each taken
+// number + 1: one indexed range read of the numbers from from up, usually
+// none.
+func (t importTx) freeNo(ctx context.Context, firmID, from int64) (no int64, err error) {
+	err = t.tx.QueryRow(ctx,
+		`SELECT COALESCE(MIN(c.n), 0) FROM (
+		   SELECT CAST($2 AS BIGINT) AS n
+		   UNION ALL
+		   SELECT no + 1 FROM listings WHERE firm_id = $1 AND no >= $2 AND no < $3
+		 ) c
+		 WHERE NOT EXISTS (SELECT 1 FROM listings l WHERE l.firm_id = $1 AND l.no = c.n)`,
+		firmID, from, int64(upstream.MaxNumber)).Scan(&no)
 	return no, err
 }
 

@@ -12,10 +12,18 @@ import (
 	"github.com/realty-gateway/gateway/upstream"
 )
 
+// Pool is an engine's pool of connections that also runs queries for
+// several rows.
+type Pool interface {
+	DB
+	RowsQuerier
+}
+
 // Engine is what an SQL engine supplies to a Store.
 type Engine struct {
-	// DB runs the writes and begins the transactions.
-	DB DB
+	// DB runs the writes, the reads of several rows, and begins the
+	// transactions.
+	DB Pool
 	// Lookups runs the reads by id, number, key digest and e-mail. They are
 	// safe to repeat, so an engine may run one again on a fresh connection
 	// when its own died under it. Nil runs them on DB.
@@ -306,6 +314,87 @@ func (s *Store) DisableUser(ctx context.Context, firmID int64, email string) (up
 		return upstream.User{}, fmt.Errorf("disable user of firm %d: %w", firmID, notFound(err))
 	}
 	return u, nil
+}
+
+// EnableUser is one statement and idempotent, as DisableUser is.
+func (s *Store) EnableUser(ctx context.Context, firmID int64, email string) (upstream.User, error) {
+	var u upstream.User
+	err := s.e.DB.QueryRow(ctx,
+		`UPDATE firm_users SET disabled = FALSE WHERE firm_id = $1 AND email = $2
+		 RETURNING id, firm_id, email, password_hash`,
+		firmID, upstream.NormalizeEmail(email)).
+		Scan(&u.ID, &u.FirmID, &u.Email, &u.PasswordHash)
+	if err != nil {
+		return upstream.User{}, fmt.Errorf("enable user of firm %d: %w", firmID, notFound(err))
+	}
+	return u, nil
+}
+
+// RevokeTokens is one statement: the user is resolved, the firm checked
+// and the row written or raised together, so that two revocations at once
+// keep the later time. No row written means no such firm or user.
+func (s *Store) RevokeTokens(ctx context.Context, firmID int64, email string, at time.Time) (upstream.Revocation, error) {
+	r := upstream.Revocation{FirmID: firmID}
+	var ms int64
+	err := s.e.DB.QueryRow(ctx,
+		`INSERT INTO token_revocations (firm_id, firm_user_id, revoked_at)
+		 SELECT f.id, COALESCE(u.id, 0), CAST($3 AS BIGINT)
+		 FROM firms f LEFT JOIN firm_users u ON u.firm_id = f.id AND u.email = $2
+		 WHERE f.id = $1 AND ($2 = '' OR u.id IS NOT NULL)
+		 ON CONFLICT (firm_id, firm_user_id) DO UPDATE SET revoked_at =
+		   CASE WHEN excluded.revoked_at > token_revocations.revoked_at
+		        THEN excluded.revoked_at ELSE token_revocations.revoked_at END
+		 RETURNING firm_user_id, revoked_at`,
+		firmID, upstream.NormalizeEmail(email), at.UnixMilli()).
+		Scan(&r.UserID, &ms)
+	if err != nil {
+		return upstream.Revocation{}, fmt.Errorf("revoke tokens of firm %d: %w", firmID, notFound(err))
+	}
+	r.At = time.UnixMilli(ms)
+	return r, nil
+}
+
+func (s *Store) Revocations(ctx context.Context, since time.Time) ([]upstream.Revocation, error) {
+	rows, err := s.e.DB.Query(ctx,
+		`SELECT firm_id, firm_user_id, revoked_at FROM token_revocations WHERE revoked_at > $1`, since.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("revocations: %w", err)
+	}
+	defer rows.Close()
+	var out []upstream.Revocation
+	for rows.Next() {
+		var (
+			r  upstream.Revocation
+			ms int64
+		)
+		if err := rows.Scan(&r.FirmID, &r.UserID, &ms); err != nil {
+			return nil, fmt.Errorf("revocations: %w", err)
+		}
+		r.At = time.UnixMilli(ms)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("revocations: %w", err)
+	}
+	return out, nil
+}
+
+// PruneRevocations counts the rows its DELETE returns: neither engine's
+// Exec result is reachable through Querier.
+func (s *Store) PruneRevocations(ctx context.Context, before time.Time) (int64, error) {
+	rows, err := s.e.DB.Query(ctx, `DELETE FROM token_revocations WHERE revoked_at < $1 RETURNING firm_id`, before.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("prune revocations: %w", err)
+	}
+	defer rows.Close()
+	var n int64
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("prune revocations: %w", err)
+	}
+	return n, nil
 }
 
 // ImportListings runs in one transaction, so that a rejected entry leaves
