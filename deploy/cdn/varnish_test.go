@@ -7,6 +7,7 @@ package cdn_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -95,7 +96,39 @@ func startEdge(t *testing.T) *edge {
 	e.owner = e.token(t, e.ownerKey, "a@edge.example")
 	e.other = e.token(t, f2["apiKey"].(string), "b@other.example")
 	e.startVarnish(t, varnishAddr)
+	// The change feed purged the imported listings as the gateway started,
+	// before Varnish listened: those purges failed and opened the purge
+	// breaker. Start once they are delivered and the breaker is closed.
+	deadline := time.Now().Add(20 * time.Second)
+	for !e.purgesSettled(t) {
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway's purges were not delivered within 20 s of Varnish's start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	return e
+}
+
+// purgesSettled reports whether the gateway has no purge waiting and its
+// purge breaker is closed.
+func (e *edge) purgesSettled(t *testing.T) bool {
+	t.Helper()
+	resp, err := http.Get(e.gw.AdminBase + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return false
+	}
+	var pending, closed bool
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		pending = pending || line == "gateway_purges_pending 0"
+		closed = closed || line == `gateway_breaker_state{breaker="purge"} 0`
+	}
+	return pending && closed
 }
 
 func (e *edge) token(t *testing.T, key, email string) string {
