@@ -38,6 +38,9 @@ func withStore(ctx context.Context, cfg config, f func(upstream.Store) error) er
 // configured, subscribed first (for at most a second), so that a write
 // hears the other gateways acknowledge that they dropped what it replaces.
 func withCache(ctx context.Context, cfg config, s upstream.Store, log *slog.Logger, f func(*cache.Cache) error) error {
+	// An operator's command is on no request's clock: a Redis busy for
+	// more than the serving timeout must not fail an import.
+	cfg.Redis.Timeout = max(cfg.Redis.Timeout, commandRedisTimeout)
 	rdb, err := openRedis(cfg.Redis)
 	if err != nil {
 		return err
@@ -56,6 +59,10 @@ func withCache(ctx context.Context, cfg config, s upstream.Store, log *slog.Logg
 	}
 	return f(listings)
 }
+
+// commandRedisTimeout is the least time a command gives one Redis
+// operation.
+const commandRedisTimeout = time.Second
 
 func addFirm(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("firm add", flag.ContinueOnError)
