@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/realty-gateway/gateway/breaker"
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/feed"
@@ -79,7 +80,7 @@ func newReadiness(draining *atomic.Bool, listings *cache.Cache, started time.Tim
 	r := readiness{
 		draining:     draining,
 		warming:      func() bool { return !listings.RedisTrusted() && time.Since(started) < warmUp },
-		storeSuspect: func() bool { return guarded.BreakerState() != 0 },
+		storeSuspect: func() bool { return guarded.BreakerState() != breaker.Closed },
 		pingStore: func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 			defer cancel()

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/realty-gateway/gateway/breaker"
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/feed"
@@ -54,7 +55,7 @@ func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratel
 	}
 	m.CounterFunc("gateway_singleflight_shared_total", "Reads that joined another read's load of the same listing.", nil,
 		func() float64 { return float64(listings.Stats().Shared) })
-	breakers := map[string]func() int{"store": guarded.BreakerState, "redis": listings.TierBreakerState, "limiter": limiter.BreakerState}
+	breakers := map[string]func() breaker.State{"store": guarded.BreakerState, "redis": listings.TierBreakerState, "limiter": limiter.BreakerState}
 	if purger != nil {
 		breakers["purge"] = purger.BreakerState
 		for outcome, read := range map[string]func() uint64{"sent": purger.Sent, "failed": purger.Failed, "dropped": purger.Dropped} {

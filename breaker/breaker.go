@@ -2,9 +2,9 @@
 // sony/gobreaker: Guard, a ratio breaker over a rolling window with a
 // deadline and a bulkhead on every call, which stands in front of the
 // store; and FastFail, the preset for dependencies that have a fallback
-// (the cache's Redis, the login limits' Redis, the CDN's purge API). It
-// knows nothing of listings: what counts as an answer is the caller's to
-// say.
+// (the cache's Redis, the login limits' Redis, the CDN's purge API); and
+// State, which every component reports its breaker's state in. It knows
+// nothing of listings: what counts as an answer is the caller's to say.
 //
 // Concurrency: a *Guard is safe for concurrent use.
 package breaker
@@ -98,8 +98,8 @@ func NewGuard(name string, cfg Config, lim Limits, answered func(error) bool, lo
 // Open reports whether the breaker currently rejects calls.
 func (g *Guard) Open() bool { return g.cb.State() == gobreaker.StateOpen }
 
-// State is the breaker's state: 0 closed, 1 half-open, 2 open.
-func (g *Guard) State() int { return int(g.cb.State()) }
+// State is the breaker's state.
+func (g *Guard) State() State { return StateOf(g.cb) }
 
 // errCallerGone marks a call that ended because its caller cancelled it.
 var errCallerGone = errors.New("caller gone")

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/realty-gateway/gateway/breaker"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -433,13 +434,13 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 	return loaded{r, Miss}, nil
 }
 
-// TierBreakerState is the state of the Redis tier's breaker: 0 closed, 1
-// half-open, 2 open; 0 without Redis.
-func (c *Cache) TierBreakerState() int {
+// TierBreakerState is the state of the Redis tier's breaker; closed
+// without Redis.
+func (c *Cache) TierBreakerState() breaker.State {
 	if t, ok := c.tier.(*redisTier); ok {
-		return int(t.cb.State())
+		return breaker.StateOf(t.cb)
 	}
-	return 0
+	return breaker.Closed
 }
 
 // Run keeps, until ctx ends, the subscription that makes the local tier in

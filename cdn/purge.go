@@ -209,9 +209,8 @@ func (p *Purger) Dropped() uint64 { return p.dropped.Load() }
 // counted. It grows while the CDN does not take purges.
 func (p *Purger) Pending() int64 { return p.pending.Load() }
 
-// BreakerState is the state of the breaker in front of the CDN: 0 closed,
-// 1 half-open, 2 open.
-func (p *Purger) BreakerState() int { return int(p.cb.State()) }
+// BreakerState is the state of the breaker in front of the CDN.
+func (p *Purger) BreakerState() breaker.State { return breaker.StateOf(p.cb) }
 
 func (p *Purger) repurgeAfter() time.Duration {
 	if p.cfg.RepurgeAfter > 0 {

@@ -100,13 +100,13 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (wait time
 
 func noRefund(context.Context) {}
 
-// BreakerState is the state of the breaker in front of Redis: 0 closed, 1
-// half-open, 2 open; 0 without Redis.
-func (l *Limiter) BreakerState() int {
+// BreakerState is the state of the breaker in front of Redis; closed
+// without Redis.
+func (l *Limiter) BreakerState() breaker.State {
 	if l.cb == nil {
-		return 0
+		return breaker.Closed
 	}
-	return int(l.cb.State())
+	return breaker.StateOf(l.cb)
 }
 
 func redisLimit(lim Limit) redis_rate.Limit {

@@ -43,8 +43,8 @@ func (g *Guarded) Trace(tp trace.TracerProvider) {
 	g.tracer = tp.Tracer("github.com/realty-gateway/gateway/upstream")
 }
 
-// BreakerState is the store breaker's state: 0 closed, 1 half-open, 2 open.
-func (g *Guarded) BreakerState() int { return g.guard.State() }
+// BreakerState is the state of the store's breaker.
+func (g *Guarded) BreakerState() breaker.State { return g.guard.State() }
 
 // Answered reports whether err is the store's answer (none, or not found,
 // conflict or invalid) rather than a failure to answer.
