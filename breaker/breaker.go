@@ -1,7 +1,7 @@
 // Package breaker owns the gateway's circuit breakers, built on
 // sony/gobreaker: Guard, a ratio breaker over a rolling window with a
 // deadline and a bulkhead on every call, which stands in front of the
-// store; and FastFail, the preset for dependencies that have a fallback
+// store; FastFail, the preset for dependencies that have a fallback
 // (the cache's Redis, the login limits' Redis, the CDN's purge API); and
 // State, which every component reports its breaker's state in. It knows
 // nothing of listings: what counts as an answer is the caller's to say.
