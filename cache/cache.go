@@ -8,7 +8,17 @@
 // failures are misses: reads then go to the store, each Redis operation
 // bounded by its own timeout.
 //
-// Concurrency: a *Cache is safe for concurrent use.
+// The package also keeps the tiers coherent: writes pass through to the
+// store and then publish under both keys (write.go); with Redis, a local
+// tier in front of it is kept coherent by invalidations announced to every
+// gateway (front.go, invalidate.go), and Redis entries are served only
+// while the store's change feed vouches for them (trust.go); Apply brings
+// other writers' changes from the feed into every tier (feed.go).
+//
+// Concurrency: a *Cache is safe for concurrent use. Its background work
+// (the subscription, the verification of Redis, the settling of writes)
+// runs in Run, and the repair of keys left old in Repair, each until its
+// context ends.
 package cache
 
 import (
@@ -148,37 +158,6 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Stats are counters for operators and tests.
-type Stats struct {
-	Hits       uint64 `json:"hits"`
-	Misses     uint64 `json:"misses"`
-	Stale      uint64 `json:"stale"`
-	StoreLoads uint64 `json:"storeLoads"`
-	TierErrors uint64 `json:"tierErrors"`
-	Corrupt    uint64 `json:"corrupt"`
-	// Incoherent counts keys that a write could neither update nor
-	// remove; they may serve the old version until they stop being fresh.
-	Incoherent uint64 `json:"incoherent"`
-	// LocalHits are the hits answered by the local tier in front of Redis;
-	// TierHits those answered by Redis (or, without Redis, by the
-	// in-process tier after a first look missed it).
-	LocalHits uint64 `json:"localHits"`
-	TierHits  uint64 `json:"tierHits"`
-	// Negative are reads answered by a cached "no such listing"; Shared
-	// are reads that joined another's load of the same key.
-	Negative uint64 `json:"negative"`
-	Shared   uint64 `json:"shared"`
-	// LocalTierOn is whether that tier serves: it has a live subscription.
-	LocalTierOn bool `json:"localTierOn"`
-	// RedisTrusted is whether Redis entries are served without a check
-	// (see trust.go); always true without Redis or a change feed.
-	RedisTrusted bool `json:"redisTrusted"`
-	// Announced counts the writes announced to other gateways;
-	// Unacknowledged those not acknowledged by all within the wait.
-	Announced      uint64 `json:"announced"`
-	Unacknowledged uint64 `json:"unacknowledged"`
-}
-
 // Cache is the read-through listing cache.
 type Cache struct {
 	src  Source
@@ -195,10 +174,10 @@ type Cache struct {
 	queued freshFlights // instead of group while Redis is not trusted
 	now    func() time.Time
 
-	hits, misses, stale, loads, tierErrors, corrupt, incoherent, localHits atomic.Uint64
-	tierHits                                                               atomic.Uint64
-	negative, shared                                                       atomic.Uint64
-	tierDown                                                               atomic.Bool
+	counts counters
+	// tierDown is whether the last tier operation failed; observe logs
+	// only its changes.
+	tierDown atomic.Bool
 
 	// dirty are keys that a write could neither update nor remove: they
 	// may hold an old version. They are never served until repaired.
@@ -236,21 +215,6 @@ func newCache(src Source, t tier, cfg Config, log *slog.Logger, opts []Option) *
 	return c
 }
 
-// Stats returns the counters so far.
-func (c *Cache) Stats() Stats {
-	s := Stats{
-		Hits: c.hits.Load(), Misses: c.misses.Load(), Stale: c.stale.Load(),
-		StoreLoads: c.loads.Load(), TierErrors: c.tierErrors.Load(), Corrupt: c.corrupt.Load(),
-		Incoherent: c.incoherent.Load(), LocalHits: c.localHits.Load(), TierHits: c.tierHits.Load(),
-		Negative: c.negative.Load(), Shared: c.shared.Load(),
-		LocalTierOn: c.front != nil && c.front.enabled.Load(), RedisTrusted: c.RedisTrusted(),
-	}
-	if c.inv != nil {
-		s.Announced, s.Unacknowledged = c.inv.announced.Load(), c.inv.unacknowledged.Load()
-	}
-	return s
-}
-
 // Cached answers from this process's memory alone: the local tier in
 // front of Redis, or the in-process tier without Redis. It does no I/O, so
 // a caller can answer a hot listing before it sets up anything for a miss.
@@ -258,8 +222,8 @@ func (c *Cache) Cached(k Key, now time.Time) (Entry, bool) {
 	if c.front != nil {
 		e, ok := c.front.get(k, now)
 		if ok {
-			c.hits.Add(1)
-			c.localHits.Add(1)
+			c.counts.hits.Add(1)
+			c.counts.localHits.Add(1)
 		}
 		return e, ok
 	}
@@ -271,7 +235,7 @@ func (c *Cache) Cached(k Key, now time.Time) (Entry, bool) {
 	if !ok || r.kind == kindAbsent || r.kind == kindFloor || !r.belongsTo(k) || now.UnixMilli() >= r.freshUntil {
 		return Entry{}, false
 	}
-	c.hits.Add(1)
+	c.counts.hits.Add(1)
 	return r.entry(Hit), true
 }
 
@@ -283,8 +247,8 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	var gen uint64
 	if c.front != nil {
 		if e, ok := c.front.get(k, c.now()); ok {
-			c.hits.Add(1)
-			c.localHits.Add(1)
+			c.counts.hits.Add(1)
+			c.counts.localHits.Add(1)
 			return e, nil
 		}
 		gen = c.front.generation()
@@ -293,11 +257,11 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	if r, ok := c.lookup(ctx, k, name); ok && c.servable(k, r) {
 		e, err := cached(r, name)
 		if err == nil {
-			c.hits.Add(1)
-			c.tierHits.Add(1)
+			c.counts.hits.Add(1)
+			c.counts.tierHits.Add(1)
 			c.keep(k, r, gen)
 		} else {
-			c.negative.Add(1)
+			c.counts.negative.Add(1)
 		}
 		return e, err
 	}
@@ -321,7 +285,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	case res := <-ch:
 		endWait(res.Shared, res.Err)
 		if res.Shared {
-			c.shared.Add(1)
+			c.counts.shared.Add(1)
 		}
 		if res.Err != nil {
 			return Entry{}, res.Err
@@ -329,12 +293,12 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		l := res.Val.(loaded)
 		switch l.state {
 		case Hit:
-			c.hits.Add(1)
-			c.tierHits.Add(1)
+			c.counts.hits.Add(1)
+			c.counts.tierHits.Add(1)
 		case Stale:
-			c.stale.Add(1)
+			c.counts.stale.Add(1)
 		default:
-			c.misses.Add(1)
+			c.counts.misses.Add(1)
 		}
 		if l.state != Stale {
 			c.keep(k, l.r, gen)
@@ -408,7 +372,7 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 		return loaded{prev, Hit}, nil
 	}
 
-	c.loads.Add(1)
+	c.counts.storeLoads.Add(1)
 	var e upstream.Encoded
 	var err error
 	if k.ID > 0 {
@@ -586,14 +550,13 @@ func (c *Cache) lookup(ctx context.Context, k Key, name string) (record, bool) {
 		err = errForeign
 	}
 	if err != nil {
-		c.corrupt.Add(1)
+		c.counts.corrupt.Add(1)
 		c.log.WarnContext(ctx, "cache value unreadable, treated as miss", "key", name, "err", err)
 		return record{}, false
 	}
 	return r, r.kind != kindFloor // a floor holds nothing to serve
 }
 
-// remember writes a record; a failed write only costs a later miss.
 // remember writes r under names, in one round trip where the tier can; a
 // failed write only costs a later miss.
 func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, names ...string) {
@@ -630,7 +593,7 @@ func (c *Cache) observe(err error) {
 		}
 		return
 	}
-	c.tierErrors.Add(1)
+	c.counts.tierErrors.Add(1)
 	if c.tierDown.CompareAndSwap(false, true) {
 		c.log.Warn("cache tier failing, reading through to the store", "err", err)
 	}

@@ -211,7 +211,7 @@ func (c *Cache) forget(ctx context.Context, name string, revision int64) bool {
 		c.clean(name)
 		return true
 	}
-	c.incoherent.Add(1)
+	c.counts.incoherent.Add(1)
 	c.markDirty(name, revision)
 	c.log.ErrorContext(ctx, "cache key may hold an old version until repaired", "key", name, "err", err)
 	return false
