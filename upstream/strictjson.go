@@ -1,0 +1,133 @@
+package upstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+)
+
+// decoder fills a struct from JSON members by their json tags and collects
+// a FieldError for every member it cannot take.
+type decoder struct {
+	errs []FieldError
+}
+
+func (d *decoder) fail(field, message string) {
+	d.errs = append(d.errs, FieldError{Field: field, Message: message})
+}
+
+func (d *decoder) object(members map[string]json.RawMessage, v reflect.Value, path string) {
+	fields := make(map[string]int, v.NumField())
+	for i := range v.NumField() {
+		if tag := v.Type().Field(i).Tag.Get("json"); tag != "" && tag != "-" {
+			fields[tag] = i
+		}
+	}
+	for _, name := range sortedKeys(members) {
+		i, ok := fields[name]
+		if !ok {
+			d.fail(join(path, name), "is not a member of a listing")
+			continue
+		}
+		d.value(members[name], v.Field(i), join(path, name))
+	}
+}
+
+func (d *decoder) value(raw json.RawMessage, v reflect.Value, path string) {
+	isNull := bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+	switch v.Kind() {
+	case reflect.Pointer:
+		if isNull {
+			v.SetZero()
+			return
+		}
+		p := reflect.New(v.Type().Elem())
+		d.value(raw, p.Elem(), path)
+		v.Set(p)
+	case reflect.Struct:
+		var members map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &members); err != nil || members == nil {
+			d.fail(path, "must be an object")
+			return
+		}
+		d.object(members, v, path)
+	case reflect.Slice:
+		var items []json.RawMessage
+		if isNull {
+			v.SetZero()
+			return
+		}
+		if err := json.Unmarshal(raw, &items); err != nil {
+			d.fail(path, "must be an array")
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(items), len(items))
+		for i, item := range items {
+			d.value(item, s.Index(i), path+"["+strconv.Itoa(i)+"]")
+		}
+		v.Set(s)
+	default:
+		if isNull {
+			d.fail(path, "must not be null")
+			return
+		}
+		err := json.Unmarshal(raw, v.Addr().Interface())
+		switch {
+		case err == nil:
+		case v.Kind() == reflect.Int64 && isIntegerLiteral(raw):
+			// An integer that does not fit an int64.
+			d.fail(path, outOfRange(IntRange(path)))
+		default:
+			d.fail(path, "must be "+kindName(v.Kind()))
+		}
+	}
+}
+
+func kindName(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int64:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	default:
+		return "a " + k.String()
+	}
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func sortedKeys(m map[string]json.RawMessage) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+func outOfRange(lo, hi int64) string {
+	return fmt.Sprintf("is out of range: must be within [%d, %d]", lo, hi)
+}
+
+// isIntegerLiteral reports whether raw is a JSON number written as an
+// integer, without fraction or exponent.
+func isIntegerLiteral(raw []byte) bool {
+	digits := bytes.TrimPrefix(bytes.TrimSpace(raw), []byte("-"))
+	if len(digits) == 0 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
