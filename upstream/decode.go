@@ -89,7 +89,7 @@ func DecodeListing(body []byte, keepServerSet bool) (Listing, error) {
 		Longitude    *float64 `json:"longitude"`
 		NearLocation *bool    `json:"nearLocation"`
 	}
-	d := decoder{}
+	d := decoder{noun: "a listing", intRange: IntRange}
 	for _, name := range []string{"latitude", "longitude", "nearLocation"} {
 		if raw, ok := top[name]; ok {
 			d.object(map[string]json.RawMessage{name: raw}, reflect.ValueOf(&coords).Elem(), "")

@@ -10,10 +10,16 @@ import (
 	"strconv"
 )
 
-// decoder fills a struct from JSON members by their json tags and collects
-// a FieldError for every member it cannot take.
+// decoder fills a struct from JSON members by their json tags, strictly:
+// it takes no unknown member and no value of the wrong type, and collects
+// a FieldError for every member it cannot take, not just the first.
 type decoder struct {
-	errs []FieldError
+	// noun names what is decoded, as in "is not a member of a listing".
+	noun string
+	// intRange bounds the integer member at a path, for the message of
+	// an integer too large for an int64.
+	intRange func(path string) (lo, hi int64)
+	errs     []FieldError
 }
 
 func (d *decoder) fail(field, message string) {
@@ -30,7 +36,7 @@ func (d *decoder) object(members map[string]json.RawMessage, v reflect.Value, pa
 	for _, name := range sortedKeys(members) {
 		i, ok := fields[name]
 		if !ok {
-			d.fail(join(path, name), "is not a member of a listing")
+			d.fail(join(path, name), "is not a member of "+d.noun)
 			continue
 		}
 		d.value(members[name], v.Field(i), join(path, name))
@@ -80,7 +86,7 @@ func (d *decoder) value(raw json.RawMessage, v reflect.Value, path string) {
 		case err == nil:
 		case v.Kind() == reflect.Int64 && isIntegerLiteral(raw):
 			// An integer that does not fit an int64.
-			d.fail(path, outOfRange(IntRange(path)))
+			d.fail(path, outOfRange(d.intRange(path)))
 		default:
 			d.fail(path, "must be "+kindName(v.Kind()))
 		}
