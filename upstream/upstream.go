@@ -1,7 +1,8 @@
 // Package upstream owns the listing domain: the Listing type in the exact
-// shape of the spec, the accounts that log in, the Store contract that every
-// storage engine implements, the domain errors, and the circuit breaker that
-// guards the store.
+// shape of the spec, the strict decoding and the rules of a listing body,
+// the accounts that log in, the Store and change feed contracts that every
+// storage engine implements, the domain errors, and Guarded, the store
+// behind a deadline, a bulkhead and a breaker.
 //
 // Concurrency: the types here are plain values. Store implementations and
 // Guarded are safe for concurrent use.
