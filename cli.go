@@ -38,6 +38,8 @@ func withStore(ctx context.Context, cfg config, f func(upstream.Store) error) er
 // configured, subscribed first (for at most a second), so that a write
 // hears the other gateways acknowledge that they dropped what it replaces.
 func withCache(ctx context.Context, cfg config, s upstream.Store, log *slog.Logger, f func(*cache.Cache) error) error {
+	// A load keeps its serving bound.
+	deps := cfg.cacheDeps(s, nil, log)
 	// An operator's command is on no request's clock: a Redis busy for
 	// more than the serving timeout must not fail an import.
 	cfg.Redis.Timeout = max(cfg.Redis.Timeout, commandRedisTimeout)
@@ -46,10 +48,17 @@ func withCache(ctx context.Context, cfg config, s upstream.Store, log *slog.Logg
 		return err
 	}
 	if rdb == nil {
-		return f(newCache(cfg, s, nil, log))
+		listings, err := newCache(cfg, nil, deps)
+		if err != nil {
+			return err
+		}
+		return f(listings)
 	}
 	defer rdb.Close()
-	listings := newCache(cfg, s, rdb, log)
+	listings, err := newCache(cfg, rdb, deps)
+	if err != nil {
+		return err
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	go listings.Run(runCtx)
@@ -276,7 +285,11 @@ func purgeCDN(ctx context.Context, cfg config, log *slog.Logger, args []string, 
 		}
 		key = "realty-" + strconv.FormatInt(id, 10)
 	}
-	if err := cdn.NewPurger(cfg.Purge, log).PurgeNow(ctx, key); err != nil {
+	purger, err := cdn.NewPurger(cfg.Purge, cfg.purgerDeps(log))
+	if err != nil {
+		return err
+	}
+	if err := purger.PurgeNow(ctx, key); err != nil {
 		return fmt.Errorf("purge %s: %w", key, err)
 	}
 	return printJSON(stdout, map[string]any{"purged": key})

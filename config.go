@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/realty-gateway/gateway/breaker"
@@ -116,14 +118,26 @@ func unparsable(environ map[string]string) []string {
 func (c *config) derive() {
 	c.HTTP.RetryAfter = c.Breaker.OpenFor
 	c.HTTP.CacheTTL = c.Cache.Fresh
-	c.Purge.GiveUpAfter = c.HTTP.CDN.SMaxAge + c.HTTP.CDN.StaleWhileRevalidate + c.HTTP.CDN.StaleIfError
-	c.Purge.StoreTimeout = c.Store.Timeout
-	c.Cache.Prefix = c.Redis.Prefix
-	c.Cache.LoadTimeout = c.Store.Timeout + 3*c.Redis.Timeout
-	c.Revocation.Horizon = c.HTTP.JWT.TokenTTL + c.HTTP.JWT.Leeway
-	c.Revocation.StoreTimeout = c.Store.Timeout
-	c.Revocation.RedisTimeout = c.Redis.Timeout
-	c.Revocation.Prefix = c.Redis.Prefix
+}
+
+// cacheDeps are what the listing cache over src takes from the store's
+// and Redis's settings.
+func (c config) cacheDeps(src cache.Source, tp trace.TracerProvider, log *slog.Logger) cache.Deps {
+	return cache.Deps{Source: src, Log: log, Tracer: tp, Prefix: c.Redis.Prefix, LoadTimeout: c.Store.Timeout + 3*c.Redis.Timeout}
+}
+
+// purgerDeps are what the CDN purger takes from the other parts' settings:
+// a purge is retried until the copy it targets has expired.
+func (c config) purgerDeps(log *slog.Logger) cdn.Deps {
+	return cdn.Deps{GiveUpAfter: c.HTTP.CDN.SMaxAge + c.HTTP.CDN.StaleWhileRevalidate + c.HTTP.CDN.StaleIfError,
+		StoreTimeout: c.Store.Timeout, Log: log}
+}
+
+// keeperDeps are what the revocations' keeper takes from the other parts'
+// settings: a revocation lasts as long as the longest token.
+func (c config) keeperDeps(set *revocation.Set, src revocation.Source, rdb redis.UniversalClient, log *slog.Logger) revocation.Deps {
+	return revocation.Deps{Set: set, Source: src, Redis: rdb, Prefix: c.Redis.Prefix, Horizon: c.HTTP.JWT.TokenTTL + c.HTTP.JWT.Leeway,
+		StoreTimeout: c.Store.Timeout, RedisTimeout: c.Redis.Timeout, Log: log}
 }
 
 func (c config) validate() error {

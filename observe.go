@@ -16,20 +16,18 @@ import (
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// newMetrics builds the registry and reads the components' own counters
-// and breaker states into it at scrape time; purger and rdb may be nil.
+// newMetrics has m read the components' own counters and breaker states
+// at scrape time; purger and rdb may be nil.
 // changes may be nil too; revocations is the token revocations' keeper.
 // localBudget is the local tier's byte bound
 // (GATEWAY_LOCAL_CACHE_BYTES); ready is asked at each scrape, as /readyz
 // asks it.
-func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb redis.UniversalClient,
-	changes *feed.Consumer, revocations *revocation.Keeper, localBudget int64, ready readiness) *metrics.Metrics {
-	m := metrics.New()
+func newMetrics(m *metrics.Metrics, listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb redis.UniversalClient,
+	changes *feed.Consumer, revocations *revocation.Keeper, localBudget int64, ready readiness) {
 	m.GaugeFunc("gateway_ready", "1 while /readyz would answer 204, else 0 (draining, warming up, or store and cache both failing).", nil,
 		func() float64 { return boolGauge(ready.check(context.Background()) == "") })
 	m.GaugeFunc("gateway_cache_local_budget_bytes", "Bytes of listings the in-process tier may hold (GATEWAY_LOCAL_CACHE_BYTES).", nil,
 		func() float64 { return float64(localBudget) })
-	guarded.Observe(m.StoreCall)
 	type line struct {
 		tier, result string
 		read         func(cache.Stats) uint64
@@ -97,7 +95,6 @@ func newMetrics(listings *cache.Cache, guarded *upstream.Guarded, limiter *ratel
 		func() float64 { return float64(revocations.Stats().InForce) })
 	m.CounterFunc("gateway_revocation_poll_failures_total", "Reads of the store's token revocations that failed; meanwhile new ones arrive only through Redis.", nil,
 		func() float64 { return float64(revocations.Stats().PollFailures) })
-	return m
 }
 
 // observeFeed exports the change feed consumer's state.

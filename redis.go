@@ -90,14 +90,14 @@ func (c redisConfig) bound(contextTimeout *bool, retries *int, waits ...*time.Du
 	}
 }
 
-// newCache returns the listing cache over src: on Redis when rdb is set,
+// newCache returns the listing cache of deps: on Redis when rdb is set,
 // else in process.
-func newCache(cfg config, src cache.Source, rdb redis.UniversalClient, log *slog.Logger, opts ...cache.Option) *cache.Cache {
+func newCache(cfg config, rdb redis.UniversalClient, deps cache.Deps, opts ...cache.Option) (*cache.Cache, error) {
 	if rdb == nil {
-		log.Info("no Redis configured; caching in process")
-		return cache.NewLocal(src, cfg.Cache, log, opts...)
+		deps.Log.Info("no Redis configured; caching in process")
+		return cache.NewLocal(cfg.Cache, deps, opts...)
 	}
-	return cache.NewRedis(src, rdb, cfg.Redis.Timeout, cfg.Cache, log, opts...)
+	return cache.NewRedis(rdb, cfg.Redis.Timeout, cfg.Cache, deps, opts...)
 }
 
 // redisLog has the Redis client write its own lines (a failed dial, a

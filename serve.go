@@ -22,6 +22,7 @@ import (
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/gateway"
+	"github.com/realty-gateway/gateway/metrics"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/revocation"
 	"github.com/realty-gateway/gateway/upstream"
@@ -44,7 +45,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer shutdownTracing(tp, log)
 		tracer = tp
 	}
-	p, err := assemble(ctx, cfg, tracer, log)
+	m := metrics.New()
+	p, err := assemble(ctx, cfg, tracer, m.StoreCall, log)
 	if err != nil {
 		return err
 	}
@@ -66,7 +68,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	backgroundDone.Go(func() { p.revocations.Run(background) })
 	var draining atomic.Bool
 	ready := newReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
-	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, p.revocations, cfg.Cache.LocalBytes, ready)
+	newMetrics(m, p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, p.revocations, cfg.Cache.LocalBytes, ready)
 	p.srv.Observe(m)
 	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, p.revocations, m)
 	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
@@ -88,8 +90,9 @@ type parts struct {
 }
 
 // assemble opens the store and Redis and builds the gateway on them, with
-// every part recording spans of tp's when tp is set.
-func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slog.Logger) (_ *parts, err error) {
+// every part recording spans of tp's when tp is set, and every store call
+// told to observe when it is set.
+func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, observe func(op, outcome string, d time.Duration), log *slog.Logger) (_ *parts, err error) {
 	p := &parts{}
 	defer func() {
 		if err != nil {
@@ -110,7 +113,10 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 			return nil, fmt.Errorf("seed: %w", err)
 		}
 	}
-	p.guarded = upstream.NewGuarded(store, cfg.Breaker, cfg.Store.limits(), log)
+	if p.guarded, err = upstream.NewGuarded(store, cfg.Breaker, cfg.Store.limits(),
+		upstream.GuardedDeps{Log: log, Observe: observe, Tracer: tp}); err != nil {
+		return nil, err
+	}
 	if p.rdb, err = openRedis(cfg.Redis); err != nil {
 		return nil, err
 	}
@@ -144,20 +150,28 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 	if cfg.Feed.Enabled {
 		cacheOpts = append(cacheOpts, cache.WithFeed(changes))
 	}
-	p.listings = newCache(cfg, p.guarded, p.rdb, log, cacheOpts...)
+	if p.listings, err = newCache(cfg, p.rdb, cfg.cacheDeps(p.guarded, tp, log), cacheOpts...); err != nil {
+		return nil, err
+	}
 	var purger gateway.Purger = gateway.NoPurge{}
 	feedDeps := feed.Deps{Store: changes, Target: p.listings, Redis: p.rdb != nil, Keys: gateway.PurgeKeys,
 		Holder: holderName(), CacheLifetime: cfg.Cache.Fresh + cfg.Cache.Stale, Log: log}
 	if cfg.Purge.URL != "" {
-		p.cdnPurger = cdn.NewPurger(cfg.Purge, log)
+		if p.cdnPurger, err = cdn.NewPurger(cfg.Purge, cfg.purgerDeps(log)); err != nil {
+			return nil, err
+		}
 		purger, feedDeps.Purger = p.cdnPurger, p.cdnPurger
 	}
 	if p.feed, err = feed.New(cfg.Feed, feedDeps); err != nil {
 		return nil, err
 	}
-	p.limiter = ratelimit.New(p.rdb, cfg.Redis.Prefix, cfg.Redis.Timeout, log)
+	if p.limiter, err = ratelimit.New(p.rdb, cfg.Redis.Prefix, cfg.Redis.Timeout, log); err != nil {
+		return nil, err
+	}
 	revoked := revocation.NewSet()
-	p.revocations = revocation.NewKeeper(revoked, p.guarded, p.rdb, cfg.Revocation, log)
+	if p.revocations, err = revocation.NewKeeper(cfg.Revocation, cfg.keeperDeps(revoked, p.guarded, p.rdb, log)); err != nil {
+		return nil, err
+	}
 	if err := p.revocations.Load(ctx); err != nil {
 		return nil, err
 	}
@@ -165,8 +179,6 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 		return nil, err
 	}
 	if tp != nil {
-		p.guarded.Trace(tp)
-		p.listings.Trace(tp)
 		p.srv.Trace(tp)
 	}
 	return p, nil

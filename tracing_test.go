@@ -101,7 +101,7 @@ func TestTraceSpanTrees(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	var logs bytes.Buffer
-	p, err := assemble(ctx, cfg, tp, slog.New(slog.NewJSONHandler(&logs, nil)))
+	p, err := assemble(ctx, cfg, tp, nil, slog.New(slog.NewJSONHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

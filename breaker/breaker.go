@@ -71,10 +71,28 @@ type Guard struct {
 	timeout time.Duration
 }
 
+// Validate reports every limit out of its range.
+func (l Limits) Validate() error {
+	var errs []error
+	if l.CallTimeout <= 0 {
+		errs = append(errs, errors.New("breaker limits: callTimeout must be positive"))
+	}
+	if l.MaxConcurrent < 0 {
+		errs = append(errs, errors.New("breaker limits: maxConcurrent must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
 // NewGuard returns a Guard named name. answered tells an error that is the
 // dependency's answer (a "not found") from a failure to answer; answers
-// count as successes.
-func NewGuard(name string, cfg Config, lim Limits, answered func(error) bool, log *slog.Logger) *Guard {
+// count as successes. A MaxConcurrent of 0 lets one call run at a time.
+func NewGuard(name string, cfg Config, lim Limits, answered func(error) bool, log *slog.Logger) (*Guard, error) {
+	if err := errors.Join(cfg.Validate(), lim.Validate()); err != nil {
+		return nil, fmt.Errorf("guard %s: %w", name, err)
+	}
+	if name == "" || answered == nil || log == nil {
+		return nil, errors.New("guard: name, answered and log are required")
+	}
 	minRequests, ratio := cfg.MinRequests, cfg.FailureRatio
 	cb := gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:         name,
@@ -92,7 +110,7 @@ func NewGuard(name string, cfg Config, lim Limits, answered func(error) bool, lo
 		IsExcluded:    func(err error) bool { return errors.Is(err, errCallerGone) },
 		OnStateChange: LogStateChanges(log),
 	})
-	return &Guard{cb: cb, slots: make(chan struct{}, max(lim.MaxConcurrent, 1)), timeout: lim.CallTimeout}
+	return &Guard{cb: cb, slots: make(chan struct{}, max(lim.MaxConcurrent, 1)), timeout: lim.CallTimeout}, nil
 }
 
 // Open reports whether the breaker currently rejects calls.

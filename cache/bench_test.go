@@ -81,7 +81,7 @@ func BenchmarkHit(b *testing.B) {
 			}
 		}
 	})
-	local := NewLocal(src, testConfig(""), quietLog())
+	local := must(b)(NewLocal(testConfig(), testDeps(src, "")))
 	if _, err := local.Get(ctx, ByID(77)); err != nil {
 		b.Fatal(err)
 	}

@@ -123,13 +123,6 @@ type Config struct {
 	// InvalidationWait bounds how long a write waits for the other
 	// gateways to drop their local copies.
 	InvalidationWait time.Duration `yaml:"invalidationWait" env:"INVALIDATION_WAIT" help:"a write waits this long at most for other gateways to drop their local copies"`
-
-	// LoadTimeout bounds one shared miss: second look, store call, writes.
-	// The wiring derives it from the store and Redis timeouts.
-	LoadTimeout time.Duration `yaml:"-"`
-	// Prefix is put before every key; the wiring takes it from Redis's
-	// settings.
-	Prefix string `yaml:"-"`
 }
 
 // DefaultConfig keeps listings fresh for 5 minutes and stale for an hour.
@@ -158,6 +151,33 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Deps are a cache's collaborators and what it takes from other parts'
+// settings.
+type Deps struct {
+	Source Source
+	Log    *slog.Logger
+	// Tracer, when set, records each miss's singleflight wait as a span
+	// "cache singleflight", the leader's load its child, and each read of
+	// the shared tier as "cache get".
+	Tracer trace.TracerProvider
+	// LoadTimeout bounds one shared miss: second look, store call, writes.
+	LoadTimeout time.Duration
+	// Prefix is put before every key: Redis's key prefix.
+	Prefix string
+}
+
+// validate reports cfg's and d's errors.
+func (d Deps) validate(cfg Config) error {
+	var errs []error
+	if d.Source == nil || d.Log == nil {
+		errs = append(errs, errors.New("cache: source and log are required"))
+	}
+	if d.LoadTimeout <= 0 {
+		errs = append(errs, errors.New("cache: load timeout must be positive"))
+	}
+	return errors.Join(append(errs, cfg.Validate())...)
+}
+
 // Cache is the read-through listing cache.
 type Cache struct {
 	src  Source
@@ -168,6 +188,9 @@ type Cache struct {
 	inv   *invalidator
 	cfg   Config
 	log   *slog.Logger
+	// prefix is put before every key; loadTimeout bounds a shared miss.
+	prefix      string
+	loadTimeout time.Duration
 	// tracer, when set, records the singleflight wait of a miss as a span.
 	tracer trace.Tracer
 	group  singleflight.Group
@@ -200,15 +223,19 @@ type Option func(*Cache)
 // feed vouches for them (see trust.go).
 func WithFeed(f FeedView) Option {
 	return func(c *Cache) {
-		c.settler = newSettler(f, c.cfg.LoadTimeout, c.log)
+		c.settler = newSettler(f, c.loadTimeout, c.log)
 		if _, ok := c.tier.(*redisTier); ok {
 			c.trust = newTrust(f)
 		}
 	}
 }
 
-func newCache(src Source, t tier, cfg Config, log *slog.Logger, opts []Option) *Cache {
-	c := &Cache{src: src, tier: t, cfg: cfg, log: log, now: time.Now, dirty: map[string]int64{}}
+func newCache(t tier, cfg Config, deps Deps, opts []Option) *Cache {
+	c := &Cache{src: deps.Source, tier: t, cfg: cfg, log: deps.Log, prefix: deps.Prefix, loadTimeout: deps.LoadTimeout,
+		now: time.Now, dirty: map[string]int64{}}
+	if deps.Tracer != nil {
+		c.tracer = deps.Tracer.Tracer("github.com/realty-gateway/gateway/cache")
+	}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -231,7 +258,7 @@ func (c *Cache) Cached(k Key, now time.Time) (Entry, bool) {
 	if !ok {
 		return Entry{}, false
 	}
-	r, ok := lt.record(k.name(c.cfg.Prefix), now)
+	r, ok := lt.record(k.name(c.prefix), now)
 	if !ok || r.kind == kindAbsent || r.kind == kindFloor || !r.belongsTo(k) || now.UnixMilli() >= r.freshUntil {
 		return Entry{}, false
 	}
@@ -253,7 +280,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		}
 		gen = c.front.generation()
 	}
-	name := k.name(c.cfg.Prefix)
+	name := k.name(c.prefix)
 	if r, ok := c.lookup(ctx, k, name); ok && c.servable(k, r) {
 		e, err := cached(r, name)
 		if err == nil {
@@ -268,7 +295,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 
 	ctx, endWait := c.traceWait(ctx)
 	load := func() (any, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LoadTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.loadTimeout)
 		defer cancel()
 		return c.load(ctx, k, name)
 	}
@@ -305,13 +332,6 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		}
 		return l.r.entry(l.state), nil
 	}
-}
-
-// Trace records each miss's singleflight wait as a span "cache
-// singleflight" of tp's; the load of the leader is its child. Call it
-// before any read.
-func (c *Cache) Trace(tp trace.TracerProvider) {
-	c.tracer = tp.Tracer("github.com/realty-gateway/gateway/cache")
 }
 
 // traceWait starts the span of a singleflight wait, if tracing is on, and
@@ -393,7 +413,7 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 	}
 
 	r := c.recordOfEncoded(e)
-	names := [2]string{ByID(e.ID).name(c.cfg.Prefix), ByNumber(e.FirmID, e.No).name(c.cfg.Prefix)}
+	names := [2]string{ByID(e.ID).name(c.prefix), ByNumber(e.FirmID, e.No).name(c.prefix)}
 	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, names[:]...)
 	return loaded{r, Miss}, nil
 }
@@ -466,8 +486,8 @@ func (c *Cache) Subscribed() <-chan struct{} {
 func (c *Cache) applyInvalidations(items []Invalidation) {
 	for _, it := range items {
 		// Flights that started before the write must not be joined.
-		c.group.Forget(ByID(it.ID).name(c.cfg.Prefix))
-		c.group.Forget(ByNumber(it.FirmID, it.No).name(c.cfg.Prefix))
+		c.group.Forget(ByID(it.ID).name(c.prefix))
+		c.group.Forget(ByNumber(it.FirmID, it.No).name(c.prefix))
 	}
 	if c.front != nil {
 		c.front.invalidate(items, c.now(), c.floorFor())
@@ -476,7 +496,7 @@ func (c *Cache) applyInvalidations(items []Invalidation) {
 
 // floorFor is how long a revision seen invalidated refuses older puts:
 // longer than any read of an older version can be in flight.
-func (c *Cache) floorFor() time.Duration { return 2*c.cfg.LoadTimeout + c.cfg.LocalMaxAge }
+func (c *Cache) floorFor() time.Duration { return 2*c.loadTimeout + c.cfg.LocalMaxAge }
 
 // cached answers from a fresh record: the listing, or "absent".
 func cached(r record, name string) (Entry, error) {
@@ -488,7 +508,7 @@ func cached(r record, name string) (Entry, error) {
 
 // names are the two keys of a listing.
 func (c *Cache) names(l upstream.Listing) [2]string {
-	return [2]string{ByID(l.ID).name(c.cfg.Prefix), ByNumber(l.FirmID, l.No).name(c.cfg.Prefix)}
+	return [2]string{ByID(l.ID).name(c.prefix), ByNumber(l.FirmID, l.No).name(c.prefix)}
 }
 
 func (c *Cache) recordOf(l upstream.Listing) (record, error) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -147,8 +148,24 @@ func listing(id, firm, no int64, active bool) upstream.Listing {
 	return upstream.Listing{ID: id, FirmID: firm, FirmUserID: 1, No: no, Title: "t", IsActive: active, Revision: 1}
 }
 
-func testConfig(prefix string) Config {
-	return Config{Fresh: time.Minute, Stale: time.Hour, Negative: 30 * time.Second, LocalBytes: 1 << 20, LocalMaxAge: 2 * time.Second, InvalidationWait: 50 * time.Millisecond, LoadTimeout: 2 * time.Second, Prefix: prefix}
+func testConfig() Config {
+	return Config{Fresh: time.Minute, Stale: time.Hour, Negative: 30 * time.Second, LocalBytes: 1 << 20, LocalMaxAge: 2 * time.Second, InvalidationWait: 50 * time.Millisecond}
+}
+
+// testDeps are the collaborators of a cache over src under prefix.
+func testDeps(src Source, prefix string) Deps {
+	return Deps{Source: src, Log: quietLog(), LoadTimeout: 2 * time.Second, Prefix: prefix}
+}
+
+// must fails t when a cache could not be built.
+func must(t testing.TB) func(*Cache, error) *Cache {
+	return func(c *Cache, err error) *Cache {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("new cache: %v", err)
+		}
+		return c
+	}
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -172,7 +189,58 @@ func redisFor(t testing.TB) (*redis.Client, string) {
 
 func newRedisCache(t testing.TB, src Source) (*Cache, *redis.Client, string) {
 	rdb, prefix := redisFor(t)
-	return NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog()), rdb, prefix
+	return must(t)(NewRedis(rdb, 100*time.Millisecond, testConfig(), testDeps(src, prefix))), rdb, prefix
+}
+
+// TestNewRefusesBadSettings: each constructor names what it refuses.
+func TestNewRefusesBadSettings(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	tests := []struct {
+		name     string
+		local    bool
+		change   func(*Config, *Deps)
+		redis    redis.UniversalClient
+		timeout  time.Duration
+		wantText string
+	}{
+		{name: "ttl", change: func(c *Config, _ *Deps) { c.Fresh = 0 }, wantText: "cache.ttl"},
+		{name: "stale", local: true, change: func(c *Config, _ *Deps) { c.Stale = -1 }, wantText: "cache.stale"},
+		{name: "local max age", change: func(c *Config, _ *Deps) { c.LocalMaxAge = 0 }, wantText: "cache.localMaxAge"},
+		{name: "no local bytes without redis", local: true, change: func(c *Config, _ *Deps) { c.LocalBytes = 0 }, wantText: "cache.localBytes"},
+		{name: "negative local bytes", change: func(c *Config, _ *Deps) { c.LocalBytes = -1 }, wantText: "cache.localBytes"},
+		{name: "no source", local: true, change: func(_ *Config, d *Deps) { d.Source = nil }, wantText: "source"},
+		{name: "no log", change: func(_ *Config, d *Deps) { d.Log = nil }, wantText: "log"},
+		{name: "no load timeout", local: true, change: func(_ *Config, d *Deps) { d.LoadTimeout = 0 }, wantText: "load timeout"},
+		{name: "no redis client", redis: nil, timeout: time.Second, wantText: "redis client"},
+		{name: "no redis timeout", redis: rdb, wantText: "redis timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, deps := testConfig(), testDeps(newSource(), "")
+			if tt.change != nil {
+				tt.change(&cfg, &deps)
+			}
+			var err error
+			switch {
+			case tt.local:
+				_, err = NewLocal(cfg, deps)
+			case tt.change != nil:
+				_, err = NewRedis(rdb, time.Second, cfg, deps)
+			default:
+				_, err = NewRedis(tt.redis, tt.timeout, cfg, deps)
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("error %v; want one naming %s", err, tt.wantText)
+			}
+		})
+	}
+	if _, err := NewLocal(testConfig(), testDeps(newSource(), "")); err != nil {
+		t.Fatalf("NewLocal with good settings: %v", err)
+	}
+	if _, err := NewRedis(rdb, time.Second, testConfig(), testDeps(newSource(), "")); err != nil {
+		t.Fatalf("NewRedis with good settings: %v", err)
+	}
 }
 
 func TestMissWritesBothKeysAndLaterReadsSkipTheStore(t *testing.T) {
@@ -375,7 +443,7 @@ func TestGuardKeepsNewerRevision(t *testing.T) {
 			newer := record{revision: 5, freshUntil: time.Now().Add(time.Hour).UnixMilli(), id: 1, firmID: 1, no: 1, kind: kindActive, etag: []byte(`"n"`), body: []byte(`{"v":5}`)}
 			older := newer
 			older.revision, older.body = 4, []byte(`{"v":4}`)
-			name := ByID(1).name(c.cfg.Prefix)
+			name := ByID(1).name(c.prefix)
 			c.remember(ctx, newer, time.Hour, name)
 			c.remember(ctx, older, time.Hour, name)
 			r, ok := c.lookup(ctx, ByID(1), name)
@@ -391,7 +459,7 @@ func TestRedisDownReadsThroughToTheStore(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	src := newSource(listing(3, 1, 1, true))
-	c := NewRedis(src, rdb, 50*time.Millisecond, testConfig(""), quietLog())
+	c := must(t)(NewRedis(rdb, 50*time.Millisecond, testConfig(), testDeps(src, "")))
 	for range 2 {
 		e, err := c.Get(context.Background(), ByID(3))
 		if err != nil || e.State != Miss {
@@ -405,7 +473,7 @@ func TestRedisDownReadsThroughToTheStore(t *testing.T) {
 
 func TestLocalCacheDoesNotCacheAbsence(t *testing.T) {
 	src := newSource()
-	c := NewLocal(src, testConfig(""), quietLog())
+	c := must(t)(NewLocal(testConfig(), testDeps(src, "")))
 	for range 2 {
 		if _, err := c.Get(context.Background(), ByID(1)); !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatal(err)
@@ -424,7 +492,7 @@ type cacheKind struct {
 func cacheKinds(t *testing.T) []cacheKind {
 	return []cacheKind{
 		{name: "redis", give: func(s Source) *Cache { c, _, _ := newRedisCache(t, s); return c }},
-		{name: "local", give: func(s Source) *Cache { return NewLocal(s, testConfig(""), quietLog()) }},
+		{name: "local", give: func(s Source) *Cache { return must(t)(NewLocal(testConfig(), testDeps(s, ""))) }},
 	}
 }
 
@@ -449,7 +517,7 @@ func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
 		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, DialTimeout: 50 * time.Millisecond})
 	defer rdb.Close()
 	src := newSource(listing(3, 1, 1, true))
-	c := NewRedis(src, rdb, 50*time.Millisecond, testConfig(""), quietLog())
+	c := must(t)(NewRedis(rdb, 50*time.Millisecond, testConfig(), testDeps(src, "")))
 	// Four Redis operations (look, look again, two writes) of 50ms each
 	// fit the request's deadline; a lost timeout would not.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -498,9 +566,9 @@ func TestMissWritesBothKeysInOnePipeline(t *testing.T) {
 	rdb, prefix := redisFor(t)
 	trips := &roundTrips{}
 	rdb.AddHook(trips)
-	cfg := testConfig(prefix)
+	cfg := testConfig()
 	cfg.LocalBytes = 0
-	c := NewRedis(newSource(listing(42, 7, 3, true)), rdb, time.Second, cfg, quietLog())
+	c := must(t)(NewRedis(rdb, time.Second, cfg, testDeps(newSource(listing(42, 7, 3, true)), prefix)))
 	ctx := context.Background()
 	if _, err := c.Get(ctx, ByID(42)); err != nil {
 		t.Fatal(err)

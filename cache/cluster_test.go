@@ -22,7 +22,7 @@ func TestClusterAnnouncementCountsEveryGateway(t *testing.T) {
 	for range 2 {
 		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 		defer rdb.Close()
-		c := NewRedis(newSource(), rdb, time.Second, testConfig("t:"), quietLog())
+		c := must(t)(NewRedis(rdb, time.Second, testConfig(), testDeps(newSource(), "t:")))
 		go c.Run(ctx)
 		<-c.Subscribed()
 		invs = append(invs, c.inv)

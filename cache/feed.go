@@ -117,13 +117,13 @@ func (c *Cache) changeWrites(ch Change) ([]keyWrite, []Invalidation, error) {
 	)
 	switch {
 	case st.Gone:
-		writes = append(writes, keyWrite{name: ByID(id).name(c.cfg.Prefix), value: floorOf(Key{}), ttl: c.floorTTL()})
+		writes = append(writes, keyWrite{name: ByID(id).name(c.prefix), value: floorOf(Key{}), ttl: c.floorTTL()})
 	case st.Deleted:
 		l := st.Listing
 		current = ByNumber(l.FirmID, l.No)
 		tomb := record{revision: rev, id: id, firmID: l.FirmID, no: l.No, kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(kept)}
 		for _, k := range []Key{ByID(id), current} {
-			writes = append(writes, keyWrite{name: k.name(c.cfg.Prefix), value: tomb, ttl: kept})
+			writes = append(writes, keyWrite{name: k.name(c.prefix), value: tomb, ttl: kept})
 		}
 	default:
 		l := st.Listing
@@ -136,7 +136,7 @@ func (c *Cache) changeWrites(ch Change) ([]keyWrite, []Invalidation, error) {
 			}
 		}
 		for _, k := range []Key{ByID(id), current} {
-			writes = append(writes, keyWrite{name: k.name(c.cfg.Prefix), value: r, ttl: kept, ifCached: true, floor: floorOf(k)})
+			writes = append(writes, keyWrite{name: k.name(c.prefix), value: r, ttl: kept, ifCached: true, floor: floorOf(k)})
 		}
 	}
 	items := []Invalidation{}
@@ -147,7 +147,7 @@ func (c *Cache) changeWrites(ch Change) ([]keyWrite, []Invalidation, error) {
 		if k == current {
 			continue
 		}
-		writes = append(writes, keyWrite{name: k.name(c.cfg.Prefix), value: floorOf(k), ttl: c.floorTTL()})
+		writes = append(writes, keyWrite{name: k.name(c.prefix), value: floorOf(k), ttl: c.floorTTL()})
 		items = append(items, Invalidation{ID: id, FirmID: k.FirmID, No: k.No, Revision: rev})
 	}
 	if len(items) == 0 { // a removed row that named no number: the id alone
@@ -158,7 +158,7 @@ func (c *Cache) changeWrites(ch Change) ([]keyWrite, []Invalidation, error) {
 
 // floorTTL is how long a floor stands: longer than any load that started
 // before the change can take.
-func (c *Cache) floorTTL() time.Duration { return 2 * c.cfg.LoadTimeout }
+func (c *Cache) floorTTL() time.Duration { return 2 * c.loadTimeout }
 
 // writeKeys runs writes in one round trip where the tier can, and returns
 // their errors in order.

@@ -81,8 +81,8 @@ func TestApplyRefreshesWhatIsCached(t *testing.T) {
 	if !ok || floor.kind != kindFloor || floor.revision != 1 {
 		t.Fatalf("the uncached id key of listing 2 = %+v, %v; want a floor at revision 1", floor, ok)
 	}
-	if ttl := rdb.PTTL(ctx, prefix+"realty:id:2").Val(); ttl <= 0 || ttl > 2*c.cfg.LoadTimeout {
-		t.Fatalf("floor TTL %v; want at most %v", ttl, 2*c.cfg.LoadTimeout)
+	if ttl := rdb.PTTL(ctx, prefix+"realty:id:2").Val(); ttl <= 0 || ttl > 2*c.loadTimeout {
+		t.Fatalf("floor TTL %v; want at most %v", ttl, 2*c.loadTimeout)
 	}
 
 	// A fill of an older version is refused by the floor; the floor is a miss.
@@ -152,8 +152,8 @@ func TestApplyTellsOtherGateways(t *testing.T) {
 	ctx := context.Background()
 	src := newSource(listing(1, 7, 3, true))
 	rdb, prefix := redisFor(t)
-	consumer := NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog())
-	other := NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog())
+	consumer := must(t)(NewRedis(rdb, 100*time.Millisecond, testConfig(), testDeps(src, prefix)))
+	other := must(t)(NewRedis(rdb, 100*time.Millisecond, testConfig(), testDeps(src, prefix)))
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -184,7 +184,7 @@ func TestApplyTellsOtherGateways(t *testing.T) {
 func TestApplyLocalTier(t *testing.T) {
 	ctx := context.Background()
 	src := newSource(listing(1, 7, 3, true))
-	c := NewLocal(src, testConfig(""), quietLog())
+	c := must(t)(NewLocal(testConfig(), testDeps(src, "")))
 	if _, err := c.Get(ctx, ByID(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -259,9 +259,9 @@ func TestRedisTrustedOnlyWhenTheFeedVouches(t *testing.T) {
 	ctx := context.Background()
 	src := newSource(listing(1, 7, 3, true), listing(2, 7, 4, true))
 	rdb, prefix := redisFor(t)
-	cfg := testConfig(prefix)
+	cfg := testConfig()
 	cfg.LocalBytes = 0 // every read looks at Redis
-	warm := NewRedis(src, rdb, 100*time.Millisecond, cfg, quietLog())
+	warm := must(t)(NewRedis(rdb, 100*time.Millisecond, cfg, testDeps(src, prefix)))
 	for _, k := range []Key{ByID(1), ByID(2)} {
 		if _, err := warm.Get(ctx, k); err != nil {
 			t.Fatal(err)
@@ -273,7 +273,7 @@ func TestRedisTrustedOnlyWhenTheFeedVouches(t *testing.T) {
 	}
 
 	fv := &feedView{settled: map[string][]upstream.Settled{}, position: upstream.FeedPosition{RedisIdentity: "another redis", LastSeq: 10}}
-	c := NewRedis(src, rdb, 100*time.Millisecond, cfg, quietLog(), WithFeed(fv))
+	c := must(t)(NewRedis(rdb, 100*time.Millisecond, cfg, testDeps(src, prefix), WithFeed(fv)))
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -346,14 +346,14 @@ func TestRedisDistrustedOnTrouble(t *testing.T) {
 			return cutOff{conn, &down}, err
 		}})
 	t.Cleanup(func() { rdb.Close() })
-	cfg := testConfig(prefix)
+	cfg := testConfig()
 	cfg.LocalBytes = 0
 	id, err := redisIdentity(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fv := &feedView{settled: map[string][]upstream.Settled{}, position: upstream.FeedPosition{RedisIdentity: id}, caughtUp: true}
-	c := NewRedis(src, rdb, 100*time.Millisecond, cfg, quietLog(), WithFeed(fv))
+	c := must(t)(NewRedis(rdb, 100*time.Millisecond, cfg, testDeps(src, prefix), WithFeed(fv)))
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -421,14 +421,14 @@ func TestUnpublishedWriteWaitsForTheFeed(t *testing.T) {
 			return cutOff{conn, &down}, err
 		}})
 	t.Cleanup(func() { rdb.Close() })
-	cfg := testConfig(prefix)
+	cfg := testConfig()
 	cfg.LocalBytes = 0
 	id, err := redisIdentity(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fv := &feedView{settled: map[string][]upstream.Settled{}, position: upstream.FeedPosition{RedisIdentity: id}, caughtUp: true}
-	c := NewRedis(src, rdb, 100*time.Millisecond, cfg, quietLog(), WithFeed(fv))
+	c := must(t)(NewRedis(rdb, 100*time.Millisecond, cfg, testDeps(src, prefix), WithFeed(fv)))
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()

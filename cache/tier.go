@@ -3,7 +3,6 @@ package cache
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -60,16 +59,26 @@ type redisTier struct {
 // in-process tier stands in front of Redis; Run must then be running for
 // it to serve (see invalidator). Writes announce themselves to the other
 // gateways whether or not this one has a local tier.
-func NewRedis(src Source, rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, log *slog.Logger, opts ...Option) *Cache {
-	cb := gobreaker.NewCircuitBreaker[[]byte](breaker.FastFail("redis", log))
+func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, deps Deps, opts ...Option) (*Cache, error) {
+	err := deps.validate(cfg)
+	if rdb == nil {
+		err = errors.Join(err, errors.New("cache: redis client is required"))
+	}
+	if opTimeout <= 0 {
+		err = errors.Join(err, errors.New("cache: redis timeout must be positive"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	cb := gobreaker.NewCircuitBreaker[[]byte](breaker.FastFail("redis", deps.Log))
 	t := &redisTier{rdb: rdb, reads: readsOf(rdb), timeout: opTimeout, cb: cb}
-	c := newCache(src, t, cfg, log, opts)
+	c := newCache(t, cfg, deps, opts)
 	t.fault = c.trust.distrust
 	if cfg.LocalBytes > 0 {
 		c.front = newFront(cfg.LocalBytes, cfg.LocalMaxAge)
 	}
-	c.inv = newInvalidator(rdb, cfg.Prefix, cfg.InvalidationWait, opTimeout, c.front, c.applyInvalidations, c.trust.distrust, log)
-	return c
+	c.inv = newInvalidator(rdb, deps.Prefix, cfg.InvalidationWait, opTimeout, c.front, c.applyInvalidations, c.trust.distrust, deps.Log)
+	return c, nil
 }
 
 // do runs one Redis operation under the breaker and the operation timeout.
@@ -205,7 +214,14 @@ const localValueOverhead = 192
 // another process (an import) cannot clear this process's memory, and a
 // cached "absent" would hide its new listings. Deletes made here are
 // cached as absent.
-func NewLocal(src Source, cfg Config, log *slog.Logger, opts ...Option) *Cache {
+func NewLocal(cfg Config, deps Deps, opts ...Option) (*Cache, error) {
+	err := deps.validate(cfg)
+	if cfg.LocalBytes <= 0 {
+		err = errors.Join(err, errors.New("cache.localBytes must be positive without Redis: it is the only cache"))
+	}
+	if err != nil {
+		return nil, err
+	}
 	cfg.Negative = 0
 	c := otter.Must(&otter.Options[string, localValue]{
 		MaximumWeight: uint64(max(cfg.LocalBytes, 1)),
@@ -216,7 +232,7 @@ func NewLocal(src Source, cfg Config, log *slog.Logger, opts ...Option) *Cache {
 			return time.Until(e.Value.expires)
 		}),
 	})
-	return newCache(src, &localTier{cache: c, now: time.Now}, cfg, log, opts)
+	return newCache(&localTier{cache: c, now: time.Now}, cfg, deps, opts), nil
 }
 
 func (t *localTier) get(_ context.Context, name string) ([]byte, error) {

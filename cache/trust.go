@@ -188,7 +188,7 @@ func (c *Cache) verifyOnce(ctx context.Context) bool {
 
 // feedCall runs one call to the store's feed within the load timeout.
 func feedCall[T any](c *Cache, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.LoadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
 	defer cancel()
 	return call(ctx)
 }

@@ -56,9 +56,9 @@ func TestFrontWeigherMatchesTheHeap(t *testing.T) {
 // TestLocalWeigherMatchesTheHeap: the same for the only tier of a gateway
 // without Redis.
 func TestLocalWeigherMatchesTheHeap(t *testing.T) {
-	cfg := testConfig("")
+	cfg := testConfig()
 	cfg.LocalBytes = 1 << 30
-	c := NewLocal(newSource(), cfg, quietLog())
+	c := must(t)(NewLocal(cfg, testDeps(newSource(), "")))
 	lt := c.tier.(*localTier)
 	const n = 20_000
 	heap, weight := heapPerEntry(t, n, func(i int, r record) uint32 {
@@ -81,9 +81,9 @@ func TestLocalWeigherMatchesTheHeap(t *testing.T) {
 func TestExpiredEntriesLeaveMemory(t *testing.T) {
 	f := newFront(1<<30, 50*time.Millisecond)
 	f.enable()
-	cfg := testConfig("")
+	cfg := testConfig()
 	cfg.LocalBytes = 1 << 30
-	local := NewLocal(newSource(), cfg, quietLog()).tier.(*localTier)
+	local := must(t)(NewLocal(cfg, testDeps(newSource(), ""))).tier.(*localTier)
 	for i := range 1000 {
 		r := record{revision: 1, id: int64(i + 1), firmID: 1, no: int64(i + 1), kind: kindActive, etag: []byte(`"e"`),
 			body: []byte(`{"id":1}`), freshUntil: time.Now().Add(time.Hour).UnixMilli()}

@@ -285,7 +285,7 @@ func (c *Cache) Repair(ctx context.Context, every time.Duration) {
 // cached under k, else from the store; where neither knows the listing,
 // only k's own key is removed. It returns the keys removed.
 func (c *Cache) Purge(ctx context.Context, k Key) ([]string, error) {
-	name := k.name(c.cfg.Prefix)
+	name := k.name(c.prefix)
 	it := Invalidation{ID: k.ID, FirmID: k.FirmID, No: k.No}
 	b, err := c.tier.get(ctx, name)
 	c.observe(err)

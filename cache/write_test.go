@@ -149,7 +149,7 @@ func failingWriter(t *testing.T, src *source) (writer *Cache, tier *failingWrite
 	writer, rdb, prefix := newRedisCache(t, src)
 	tier = &failingWrites{tier: writer.tier}
 	writer.tier = tier
-	return writer, tier, NewRedis(src, rdb, 100*time.Millisecond, testConfig(prefix), quietLog()), prefix
+	return writer, tier, must(t)(NewRedis(rdb, 100*time.Millisecond, testConfig(), testDeps(src, prefix))), prefix
 }
 
 // TestFailedPublishNeverServesTheOldVersion: a write whose publish fails
@@ -322,7 +322,7 @@ func TestPurgeRemovesBothKeysEverywhere(t *testing.T) {
 			defer cancel()
 			var caches []*Cache
 			for range 2 {
-				c := NewRedis(src, rdb, time.Second, testConfig(prefix), quietLog())
+				c := must(t)(NewRedis(rdb, time.Second, testConfig(), testDeps(src, prefix)))
 				go c.Run(ctx)
 				<-c.Subscribed()
 				caches = append(caches, c)

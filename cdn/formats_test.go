@@ -38,8 +38,8 @@ func TestPurgeFormats(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fake := newFakeCDN(t, "Auth", "Xkey-Purge", "Xkey-Softpurge", "Fastly-Soft-Purge", "Content-Type")
-			p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + tt.path), Header: "Auth: tok", Format: tt.format,
-				Soft: tt.soft, Timeout: time.Second, RepurgeAfter: time.Hour, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+			p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + tt.path), Header: "Auth: tok", Format: tt.format,
+				Soft: tt.soft, Timeout: time.Second, RepurgeAfter: time.Hour}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
 			run(t, p)
 			p.Purge(context.Background(), tt.hard, "realty-1", "firm-1")
 			testenv.WaitFor(t, func() bool { return len(fake.requests()) >= len(tt.want) })

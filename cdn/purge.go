@@ -41,20 +41,42 @@ type Config struct {
 	// RepurgeAfter repeats each purge once, after a fetch that was in
 	// flight during the write has returned.
 	RepurgeAfter time.Duration `yaml:"repurgeAfter" env:"REPURGE_AFTER" help:"each purge is sent again this long after it succeeded; 0 = the store timeout plus 1s"`
-
-	// GiveUpAfter is how long a purge is retried: past it the copy it
-	// targets has expired (s-maxage + stale-while-revalidate +
-	// stale-if-error). StoreTimeout is the longest a fetch in flight can
-	// take. The wiring sets both.
-	GiveUpAfter  time.Duration `yaml:"-"`
-	StoreTimeout time.Duration `yaml:"-"`
-	// Queue is how many purges may wait.
-	Queue int `yaml:"-"`
 }
 
 // DefaultConfig sends no purges.
 func DefaultConfig() Config {
-	return Config{Format: FormatTemplate, Timeout: 2 * time.Second, GiveUpAfter: time.Hour + 90*time.Second, StoreTimeout: 2 * time.Second, Queue: 4096}
+	return Config{Format: FormatTemplate, Timeout: 2 * time.Second}
+}
+
+// DefaultQueue is how many purges may wait unless Deps says otherwise.
+const DefaultQueue = 4096
+
+// Deps are what a Purger takes from other parts' settings, and its log.
+type Deps struct {
+	// GiveUpAfter is how long a purge is retried: past it the copy it
+	// targets has expired (s-maxage + stale-while-revalidate +
+	// stale-if-error).
+	GiveUpAfter time.Duration
+	// StoreTimeout is the longest a fetch in flight can take.
+	StoreTimeout time.Duration
+	// Queue is how many purges may wait; 0: DefaultQueue.
+	Queue int
+	Log   *slog.Logger
+}
+
+// validate reports every value out of its range.
+func (d Deps) validate() error {
+	var errs []error
+	if d.GiveUpAfter < 0 || d.StoreTimeout < 0 {
+		errs = append(errs, errors.New("purger: giveUpAfter and storeTimeout must not be negative"))
+	}
+	if d.Queue < 0 {
+		errs = append(errs, errors.New("purger: queue must not be negative"))
+	}
+	if d.Log == nil {
+		errs = append(errs, errors.New("purger: log is required"))
+	}
+	return errors.Join(errs...)
 }
 
 // Validate reports every setting out of its range.
@@ -96,6 +118,7 @@ func (j *job) finish(delivered bool) {
 // Purger sends purges behind its own breaker.
 type Purger struct {
 	cfg    Config
+	deps   Deps
 	client *http.Client
 	cb     *gobreaker.CircuitBreaker[struct{}]
 	queue  chan *job
@@ -107,19 +130,26 @@ type Purger struct {
 	pending atomic.Int64
 }
 
-// NewPurger returns a Purger for cfg.
-func NewPurger(cfg Config, log *slog.Logger) *Purger {
+// NewPurger returns a Purger for cfg; an empty Format is a template.
+func NewPurger(cfg Config, deps Deps) (*Purger, error) {
 	if cfg.Format == "" {
 		cfg.Format = FormatTemplate
 	}
+	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
+		return nil, err
+	}
+	if deps.Queue == 0 {
+		deps.Queue = DefaultQueue
+	}
 	return &Purger{
 		cfg:    cfg,
+		deps:   deps,
 		client: &http.Client{Timeout: cfg.Timeout},
-		cb:     gobreaker.NewCircuitBreaker[struct{}](breaker.FastFail("cdn-purge", log)),
-		queue:  make(chan *job, max(cfg.Queue, 1)),
-		log:    log,
+		cb:     gobreaker.NewCircuitBreaker[struct{}](breaker.FastFail("cdn-purge", deps.Log)),
+		queue:  make(chan *job, deps.Queue),
+		log:    deps.Log,
 		now:    time.Now,
-	}
+	}, nil
 }
 
 // Purge asks the CDN to drop what it holds under keys; hard: not even a
@@ -141,7 +171,7 @@ func (p *Purger) PurgeThen(ctx context.Context, hard bool, done func(delivered b
 		return
 	}
 	hard = hard || !p.cfg.Soft
-	j := &job{hard: hard, keys: keys, giveUp: p.now().Add(p.cfg.GiveUpAfter), done: done}
+	j := &job{hard: hard, keys: keys, giveUp: p.now().Add(p.deps.GiveUpAfter), done: done}
 	if p.cfg.Sync && hard {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Timeout)
 		defer cancel()
@@ -197,7 +227,7 @@ func (p *Purger) repurgeAfter() time.Duration {
 	if p.cfg.RepurgeAfter > 0 {
 		return p.cfg.RepurgeAfter
 	}
-	return p.cfg.StoreTimeout + time.Second
+	return p.deps.StoreTimeout + time.Second
 }
 
 // backoff is the wait before attempt n+1: 100 ms doubling to 1 s, so that
@@ -275,7 +305,7 @@ func (p *Purger) sendDue(ctx context.Context, waiting []*job) []*job {
 				if !j.repeated {
 					p.pending.Add(-1)
 					j.repeated, j.attempt, j.next = true, 0, now.Add(p.repurgeAfter())
-					j.giveUp = j.next.Add(p.cfg.GiveUpAfter)
+					j.giveUp = j.next.Add(p.deps.GiveUpAfter)
 					kept = append(kept, j)
 				}
 			case now.After(j.giveUp):

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,6 +56,16 @@ func (f *fakeCDN) requests() []string {
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// newPurger returns a Purger for cfg and deps, failing t if there is none.
+func newPurger(t *testing.T, cfg cdn.Config, deps cdn.Deps) *cdn.Purger {
+	t.Helper()
+	p, err := cdn.NewPurger(cfg, deps)
+	if err != nil {
+		t.Fatalf("NewPurger: %v", err)
+	}
+	return p
+}
+
 func run(t *testing.T, p *cdn.Purger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -67,8 +78,8 @@ func run(t *testing.T, p *cdn.Purger) {
 func TestPurgeSurvivesAnOutage(t *testing.T) {
 	fake := newFakeCDN(t)
 	fake.status.Store(http.StatusServiceUnavailable)
-	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
-		RepurgeAfter: time.Hour, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
+		RepurgeAfter: time.Hour}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
 	run(t, p)
 	for i := range 6 {
 		p.Purge(context.Background(), true, "realty-"+string(rune('1'+i)))
@@ -84,8 +95,8 @@ func TestPurgeSurvivesAnOutage(t *testing.T) {
 func TestPurgeGivenUpOnceTheCopyExpired(t *testing.T) {
 	fake := newFakeCDN(t)
 	fake.status.Store(http.StatusInternalServerError)
-	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
-		RepurgeAfter: time.Hour, GiveUpAfter: 300 * time.Millisecond, Queue: 10}, quiet())
+	p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
+		RepurgeAfter: time.Hour}, cdn.Deps{GiveUpAfter: 300 * time.Millisecond, Queue: 10, Log: quiet()})
 	run(t, p)
 	p.Purge(context.Background(), true, "realty-1")
 	testenv.WaitFor(t, func() bool { return p.Dropped() == 1 })
@@ -103,8 +114,8 @@ func TestPurgeGivenUpOnceTheCopyExpired(t *testing.T) {
 func TestPendingCountsUndeliveredPurges(t *testing.T) {
 	fake := newFakeCDN(t)
 	fake.status.Store(http.StatusServiceUnavailable)
-	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
-		RepurgeAfter: 100 * time.Millisecond, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
+		RepurgeAfter: 100 * time.Millisecond}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
 	run(t, p)
 	for _, k := range []string{"a", "b", "c"} {
 		p.Purge(context.Background(), true, k)
@@ -126,8 +137,8 @@ func TestPendingCountsUndeliveredPurges(t *testing.T) {
 // a CDN fetch that was in flight during the write.
 func TestPurgeIsRepeated(t *testing.T) {
 	fake := newFakeCDN(t)
-	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
-		RepurgeAfter: 200 * time.Millisecond, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
+		RepurgeAfter: 200 * time.Millisecond}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
 	run(t, p)
 	p.Purge(context.Background(), true, "realty-1")
 	testenv.WaitFor(t, func() bool { return len(fake.requests()) == 1 })
@@ -147,8 +158,8 @@ func TestPurgeIsRepeated(t *testing.T) {
 // purge is retried afterwards.
 func TestSyncPurge(t *testing.T) {
 	fake := newFakeCDN(t)
-	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Sync: true, Timeout: 300 * time.Millisecond,
-		RepurgeAfter: time.Hour, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Sync: true, Timeout: 300 * time.Millisecond,
+		RepurgeAfter: time.Hour}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
 	run(t, p)
 	p.Purge(context.Background(), true, "realty-1")
 	if got := fake.requests(); len(got) != 1 {
@@ -166,7 +177,7 @@ func TestSyncPurge(t *testing.T) {
 
 func TestPurgerNeverBlocks(t *testing.T) {
 	fake := newFakeCDN(t)
-	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second, GiveUpAfter: time.Minute, Queue: 2}, quiet())
+	p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 2, Log: quiet()})
 	// Nothing runs the queue yet: the third purge is dropped, not waited for.
 	for _, k := range []string{"a", "b", "c"} {
 		p.Purge(context.Background(), true, k)
@@ -181,7 +192,7 @@ func TestPurgerNeverBlocks(t *testing.T) {
 
 func TestPurgerSendsWhatIsQueuedWhenStopped(t *testing.T) {
 	fake := newFakeCDN(t)
-	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
 	for _, k := range []string{"a", "b", "c"} {
 		p.Purge(context.Background(), true, k)
 	}
@@ -197,8 +208,8 @@ func TestPurgerSendsWhatIsQueuedWhenStopped(t *testing.T) {
 // request with every tag.
 func TestCloudflarePurgesAreBatched(t *testing.T) {
 	fake := newFakeCDN(t)
-	p := cdn.NewPurger(cdn.Config{URL: settings.DSN(fake.srv.URL + "/purge_cache"), Format: cdn.FormatCloudflare, Timeout: time.Second,
-		RepurgeAfter: time.Hour, GiveUpAfter: time.Minute, Queue: 10}, quiet())
+	p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/purge_cache"), Format: cdn.FormatCloudflare, Timeout: time.Second,
+		RepurgeAfter: time.Hour}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
 	for _, k := range []string{"realty-1", "realty-2", "firm-3"} {
 		p.Purge(context.Background(), true, k) // queued: Run is not running yet
 	}
@@ -207,5 +218,39 @@ func TestCloudflarePurgesAreBatched(t *testing.T) {
 	want := []string{`POST /purge_cache {"tags":["realty-1","realty-2","firm-3"]}`}
 	if got := fake.requests(); !slices.Equal(got, want) {
 		t.Fatalf("requests %q, want %q", got, want)
+	}
+}
+
+// TestNewPurgerRefusesBadSettings: NewPurger names what it refuses.
+func TestNewPurgerRefusesBadSettings(t *testing.T) {
+	good := func() (cdn.Config, cdn.Deps) {
+		return cdn.Config{URL: "http://cdn.invalid/{key}", Timeout: time.Second},
+			cdn.Deps{GiveUpAfter: time.Minute, StoreTimeout: time.Second, Log: quiet()}
+	}
+	tests := []struct {
+		name     string
+		change   func(*cdn.Config, *cdn.Deps)
+		wantText string
+	}{
+		{name: "timeout", change: func(c *cdn.Config, _ *cdn.Deps) { c.Timeout = 0 }, wantText: "purge.timeout"},
+		{name: "repurge", change: func(c *cdn.Config, _ *cdn.Deps) { c.RepurgeAfter = -1 }, wantText: "purge.repurgeAfter"},
+		{name: "format", change: func(c *cdn.Config, _ *cdn.Deps) { c.Format = "akamai" }, wantText: "purge.format"},
+		{name: "give up", change: func(_ *cdn.Config, d *cdn.Deps) { d.GiveUpAfter = -1 }, wantText: "giveUpAfter"},
+		{name: "store timeout", change: func(_ *cdn.Config, d *cdn.Deps) { d.StoreTimeout = -1 }, wantText: "storeTimeout"},
+		{name: "queue", change: func(_ *cdn.Config, d *cdn.Deps) { d.Queue = -1 }, wantText: "queue"},
+		{name: "log", change: func(_ *cdn.Config, d *cdn.Deps) { d.Log = nil }, wantText: "log"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, deps := good()
+			tt.change(&cfg, &deps)
+			if _, err := cdn.NewPurger(cfg, deps); err == nil || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("error %v; want one naming %s", err, tt.wantText)
+			}
+		})
+	}
+	cfg, deps := good()
+	if _, err := cdn.NewPurger(cfg, deps); err != nil {
+		t.Fatalf("NewPurger with good settings: %v", err)
 	}
 }

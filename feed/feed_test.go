@@ -95,9 +95,11 @@ func newFixture(t *testing.T) fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := cache.DefaultConfig()
-	cfg.LoadTimeout = time.Second
-	return fixture{store: s, raw: raw, listing: ls[0], cache: cache.NewLocal(s, cfg, slog.New(slog.DiscardHandler))}
+	c, err := cache.NewLocal(cache.DefaultConfig(), cache.Deps{Source: s, Log: slog.New(slog.DiscardHandler), LoadTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fixture{store: s, raw: raw, listing: ls[0], cache: c}
 }
 
 func (f fixture) consumer(t *testing.T, cfg Config, p Purger) *Consumer {

@@ -108,10 +108,17 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 		logTo = io.Discard
 	}
 	log := slog.New(slog.NewJSONHandler(logTo, nil))
-	guarded := upstream.NewGuarded(store,
+	guarded, err := upstream.NewGuarded(store,
 		breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: 20, FailureRatio: 0.5, OpenFor: time.Second, Probes: 1},
-		breaker.Limits{CallTimeout: time.Second, MaxConcurrent: 4}, log)
-	listings := cache.NewLocal(guarded, cache.Config{Fresh: time.Minute, LocalBytes: 1 << 20, LoadTimeout: time.Second}, log)
+		breaker.Limits{CallTimeout: time.Second, MaxConcurrent: 4}, upstream.GuardedDeps{Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listings, err := cache.NewLocal(cache.Config{Fresh: time.Minute, LocalBytes: 1 << 20, LocalMaxAge: time.Second, InvalidationWait: time.Second},
+		cache.Deps{Source: guarded, Log: log, LoadTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{
 		JWT: JWT{
 			Issuer: testIssuer, Audience: testAudience, Keys: settings.Secret("k1:" + string(testSecret)),
@@ -132,9 +139,11 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 	if o.accounts != nil {
 		accounts = o.accounts(accounts)
 	}
-	var limiter RateLimiter = ratelimit.New(nil, "", time.Second, log)
-	if o.limiter != nil {
-		limiter = o.limiter
+	var limiter RateLimiter = o.limiter
+	if limiter == nil {
+		if limiter, err = ratelimit.New(nil, "", time.Second, log); err != nil {
+			t.Fatal(err)
+		}
 	}
 	purger := o.purger
 	if purger == nil {

@@ -357,7 +357,11 @@ func TestAccountLimitCannotBeRaced(t *testing.T) {
 				}
 				rdb.Close()
 			})
-			return ratelimit.New(rdb, prefix, time.Second, slog.New(slog.DiscardHandler))
+			l, err := ratelimit.New(rdb, prefix, time.Second, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
 		},
 	}
 	for name, limiter := range limiters {

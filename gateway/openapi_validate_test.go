@@ -248,6 +248,10 @@ func startLiveGateway(t *testing.T, change func(*Config), fresh time.Duration) *
 	})
 	log := slog.New(slog.DiscardHandler)
 	store := &storeSwitch{}
+	limiter, err := ratelimit.New(rdb, prefix, time.Second, log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := newFixtureOf(t, fixtureOptions{
 		change: change,
 		accounts: func(a Accounts) Accounts {
@@ -259,12 +263,15 @@ func startLiveGateway(t *testing.T, change func(*Config), fresh time.Duration) *
 			return store
 		},
 		listings: func(Listings) Listings {
-			return cache.NewRedis(store, rdb, time.Second, cache.Config{
-				Fresh: fresh, Stale: time.Hour, Negative: time.Minute, InvalidationWait: 50 * time.Millisecond,
-				LoadTimeout: 2 * time.Second, Prefix: prefix,
-			}, log)
+			c, err := cache.NewRedis(rdb, time.Second, cache.Config{
+				Fresh: fresh, Stale: time.Hour, Negative: time.Minute, LocalMaxAge: 2 * time.Second, InvalidationWait: 50 * time.Millisecond,
+			}, cache.Deps{Source: store, Log: log, LoadTimeout: 2 * time.Second, Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
 		},
-		limiter: ratelimit.New(rdb, prefix, time.Second, log),
+		limiter: limiter,
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

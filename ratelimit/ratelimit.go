@@ -9,6 +9,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -52,14 +53,20 @@ const localKeys = 100_000
 
 // New returns a Limiter on rdb, or in process only when rdb is nil. Each
 // Redis call is bounded by timeout.
-func New(rdb redis.UniversalClient, prefix string, timeout time.Duration, log *slog.Logger) *Limiter {
+func New(rdb redis.UniversalClient, prefix string, timeout time.Duration, log *slog.Logger) (*Limiter, error) {
+	if log == nil {
+		return nil, errors.New("ratelimit: log is required")
+	}
+	if rdb != nil && timeout <= 0 {
+		return nil, errors.New("ratelimit: redis timeout must be positive")
+	}
 	l := &Limiter{prefix: prefix, timeout: timeout, log: log, local: map[string]*lru.Cache[string, *gcra]{}}
 	if rdb != nil {
 		l.rdb = rdb
 		l.redis = redis_rate.NewLimiter(rdb)
 		l.cb = gobreaker.NewCircuitBreaker[*redis_rate.Result](breaker.FastFail("ratelimit-redis", log))
 	}
-	return l
+	return l, nil
 }
 
 // Take counts one event under key and returns how long to wait before

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,43 @@ import (
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// newLimiter returns a Limiter on rdb, failing t if there is none.
+func newLimiter(t *testing.T, rdb redis.UniversalClient, prefix string, timeout time.Duration) *Limiter {
+	t.Helper()
+	l, err := New(rdb, prefix, timeout, quiet())
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return l
+}
+
+// TestNewRefusesBadSettings: New names what it refuses.
+func TestNewRefusesBadSettings(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	tests := []struct {
+		name     string
+		rdb      redis.UniversalClient
+		timeout  time.Duration
+		log      *slog.Logger
+		wantText string
+	}{
+		{name: "no log", timeout: time.Second, wantText: "log"},
+		{name: "no redis timeout", rdb: rdb, log: quiet(), wantText: "redis timeout"},
+		{name: "negative redis timeout", rdb: rdb, timeout: -time.Second, log: quiet(), wantText: "redis timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := New(tt.rdb, "", tt.timeout, tt.log); err == nil || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("error %v; want one naming %s", err, tt.wantText)
+			}
+		})
+	}
+	if _, err := New(nil, "", 0, quiet()); err != nil {
+		t.Fatalf("New without Redis needs no timeout: %v", err)
+	}
+}
 
 func redisClient(t *testing.T, addr string) (*redis.Client, string) {
 	t.Helper()
@@ -38,15 +76,15 @@ func TestLimits(t *testing.T) {
 	}{
 		{name: "shared in Redis", give: func(t *testing.T) (*Limiter, *Limiter) {
 			rdb, prefix := redisClient(t, testenv.RedisOrStandIn(t))
-			return New(rdb, prefix, time.Second, quiet()), New(rdb, prefix, time.Second, quiet())
+			return newLimiter(t, rdb, prefix, time.Second), newLimiter(t, rdb, prefix, time.Second)
 		}},
 		{name: "in process while Redis is down", give: func(t *testing.T) (*Limiter, *Limiter) {
 			rdb, prefix := redisClient(t, "127.0.0.1:1") // nothing listens there
-			l := New(rdb, prefix, 50*time.Millisecond, quiet())
+			l := newLimiter(t, rdb, prefix, 50*time.Millisecond)
 			return l, l
 		}},
 		{name: "in process without Redis", give: func(t *testing.T) (*Limiter, *Limiter) {
-			l := New(nil, "", time.Second, quiet())
+			l := newLimiter(t, nil, "", time.Second)
 			return l, l
 		}},
 	}
@@ -153,7 +191,7 @@ func TestParallelReservationsCannotOvertakeTheLimit(t *testing.T) {
 // counters far past their bound and expects another limit's counter to
 // survive.
 func TestJunkUnderOneLimitDoesNotEvictAnother(t *testing.T) {
-	l := New(nil, "", time.Second, quiet())
+	l := newLimiter(t, nil, "", time.Second)
 	ctx := context.Background()
 	account := Limit{Name: "account", Count: 1, Period: time.Hour}
 	junk := Limit{Name: "ip", Count: 1, Period: time.Hour}
@@ -172,8 +210,8 @@ func backends() map[string]func(t *testing.T) *Limiter {
 	return map[string]func(t *testing.T) *Limiter{
 		"redis": func(t *testing.T) *Limiter {
 			rdb, prefix := redisClient(t, testenv.RedisOrStandIn(t))
-			return New(rdb, prefix, time.Second, quiet())
+			return newLimiter(t, rdb, prefix, time.Second)
 		},
-		"in process": func(t *testing.T) *Limiter { return New(nil, "", time.Second, quiet()) },
+		"in process": func(t *testing.T) *Limiter { return newLimiter(t, nil, "", time.Second) },
 	}
 }

@@ -22,15 +22,6 @@ type Config struct {
 	// Poll is how often a gateway reads the revocations from the store: the
 	// bound on learning of one while Redis is down.
 	Poll time.Duration `yaml:"poll" env:"REVOCATION_POLL" help:"how often the revocations are read from the store: the bound on applying one while Redis is down"`
-
-	// The wiring derives the rest from other parts' settings.
-	// Horizon is the longest a token lives: its lifetime plus the leeway.
-	Horizon time.Duration `yaml:"-"`
-	// StoreTimeout and RedisTimeout bound each call.
-	StoreTimeout time.Duration `yaml:"-"`
-	RedisTimeout time.Duration `yaml:"-"`
-	// Prefix is the gateway's Redis key prefix.
-	Prefix string `yaml:"-"`
 }
 
 // DefaultConfig polls every 2 s.
@@ -44,6 +35,38 @@ func (c Config) Validate() error {
 		return errors.New("revocation.poll must be positive")
 	}
 	return nil
+}
+
+// Deps are a Keeper's collaborators and what it takes from other parts'
+// settings.
+type Deps struct {
+	// Set is filled from Source and, when Redis is set, from Redis.
+	Set    *Set
+	Source Source
+	Redis  redis.UniversalClient // nil: the store alone
+	// Prefix is the gateway's Redis key prefix.
+	Prefix string
+	// Horizon is the longest a token lives: its lifetime plus the leeway.
+	Horizon time.Duration
+	// StoreTimeout and RedisTimeout bound each call.
+	StoreTimeout time.Duration
+	RedisTimeout time.Duration
+	Log          *slog.Logger
+}
+
+// validate reports every value out of its range.
+func (d Deps) validate() error {
+	var errs []error
+	if d.Set == nil || d.Source == nil || d.Log == nil {
+		errs = append(errs, errors.New("revocation keeper: set, source and log are required"))
+	}
+	if d.Horizon <= 0 || d.StoreTimeout <= 0 {
+		errs = append(errs, errors.New("revocation keeper: horizon and store timeout must be positive"))
+	}
+	if d.Redis != nil && d.RedisTimeout <= 0 {
+		errs = append(errs, errors.New("revocation keeper: redis timeout must be positive"))
+	}
+	return errors.Join(errs...)
 }
 
 // Source is the store's side of revocations.
@@ -98,12 +121,13 @@ func decode(s string) (upstream.Revocation, error) {
 // down are lost. It prunes the store's expired revocations at start and
 // every pruneEvery.
 type Keeper struct {
-	set *Set
-	src Source
-	rdb redis.UniversalClient // nil: the store alone
-	cfg Config
-	log *slog.Logger
-	now func() time.Time
+	set  *Set
+	src  Source
+	rdb  redis.UniversalClient // nil: the store alone
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+	now  func() time.Time
 	// reload asks the poller to read the store now.
 	reload chan struct{}
 
@@ -119,10 +143,14 @@ const pruneEvery = 10 * time.Minute
 // two of these is taken as lost.
 const healthEvery = time.Second
 
-// NewKeeper returns a Keeper of set that reads src and, when rdb is not
-// nil, listens on Redis.
-func NewKeeper(set *Set, src Source, rdb redis.UniversalClient, cfg Config, log *slog.Logger) *Keeper {
-	return &Keeper{set: set, src: src, rdb: rdb, cfg: cfg, log: log, now: time.Now, reload: make(chan struct{}, 1)}
+// NewKeeper returns a Keeper of deps.Set that reads deps.Source and, when
+// deps.Redis is not nil, listens on Redis.
+func NewKeeper(cfg Config, deps Deps) (*Keeper, error) {
+	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
+		return nil, err
+	}
+	return &Keeper{set: deps.Set, src: deps.Source, rdb: deps.Redis, cfg: cfg, deps: deps, log: deps.Log, now: time.Now,
+		reload: make(chan struct{}, 1)}, nil
 }
 
 // Stats are a Keeper's counters.
@@ -198,8 +226,8 @@ func (k *Keeper) Run(ctx context.Context) {
 
 // poll reads the revocations in force and drops the expired ones.
 func (k *Keeper) poll(ctx context.Context) error {
-	since := k.now().Add(-k.cfg.Horizon)
-	ctx, cancel := context.WithTimeout(ctx, k.cfg.StoreTimeout)
+	since := k.now().Add(-k.deps.Horizon)
+	ctx, cancel := context.WithTimeout(ctx, k.deps.StoreTimeout)
 	defer cancel()
 	rs, err := k.src.Revocations(ctx, since)
 	if err != nil {
@@ -211,9 +239,9 @@ func (k *Keeper) poll(ctx context.Context) error {
 }
 
 func (k *Keeper) prune(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, k.cfg.StoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, k.deps.StoreTimeout)
 	defer cancel()
-	n, err := k.src.PruneRevocations(ctx, k.now().Add(-k.cfg.Horizon))
+	n, err := k.src.PruneRevocations(ctx, k.now().Add(-k.deps.Horizon))
 	if err != nil {
 		return fmt.Errorf("prune revocations: %w", err)
 	}
@@ -227,7 +255,7 @@ func (k *Keeper) prune(ctx context.Context) error {
 func (k *Keeper) listen(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		ps := k.rdb.Subscribe(ctx, Channel(k.cfg.Prefix))
+		ps := k.rdb.Subscribe(ctx, Channel(k.deps.Prefix))
 		subscribed, err := k.receive(ctx, ps)
 		_ = ps.Close()
 		k.subscribed.Store(false)
@@ -265,7 +293,7 @@ func (k *Keeper) receive(ctx context.Context, ps *redis.PubSub) (subscribed bool
 			if time.Since(heard) > 2*healthEvery {
 				return subscribed, errors.New("subscription silent")
 			}
-			pctx, cancel := context.WithTimeout(ctx, k.cfg.RedisTimeout)
+			pctx, cancel := context.WithTimeout(ctx, k.deps.RedisTimeout)
 			err = ps.Ping(pctx)
 			cancel()
 			if err != nil {

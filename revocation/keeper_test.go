@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ type keeperWorld struct {
 	set    *Set
 	keeper *Keeper
 	rdb    redis.UniversalClient
-	cfg    Config
+	prefix string
 }
 
 func newKeeperWorld(t *testing.T, withRedis bool, poll time.Duration) keeperWorld {
@@ -45,15 +46,15 @@ func newKeeperWorld(t *testing.T, withRedis bool, poll time.Duration) keeperWorl
 			t.Fatal(err)
 		}
 	}
-	w := keeperWorld{store: store, set: NewSet(), cfg: Config{
-		Poll: poll, Horizon: time.Hour, StoreTimeout: time.Second, RedisTimeout: time.Second,
-		Prefix: testenv.RandomName("rev") + ":",
-	}}
+	w := keeperWorld{store: store, set: NewSet(), prefix: testenv.RandomName("rev") + ":"}
 	if withRedis {
 		w.rdb = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 		t.Cleanup(func() { w.rdb.Close() })
 	}
-	w.keeper = NewKeeper(w.set, store, w.rdb, w.cfg, quiet())
+	if w.keeper, err = NewKeeper(Config{Poll: poll}, Deps{Set: w.set, Source: store, Redis: w.rdb, Prefix: w.prefix,
+		Horizon: time.Hour, StoreTimeout: time.Second, RedisTimeout: time.Second, Log: quiet()}); err != nil {
+		t.Fatal(err)
+	}
 	return w
 }
 
@@ -119,7 +120,7 @@ func TestKeeperAppliesAnnouncements(t *testing.T) {
 	w.run(t)
 	testenv.WaitFor(t, func() bool { return w.keeper.Stats().Subscribed })
 	r := upstream.Revocation{FirmID: 1, UserID: 2, At: time.UnixMilli(time.Now().UnixMilli())}
-	n, err := Announce(ctx, w.rdb, w.cfg.Prefix, r)
+	n, err := Announce(ctx, w.rdb, w.prefix, r)
 	if err != nil || n != 1 {
 		t.Fatalf("Announce() = %d, %v; want 1 receiver", n, err)
 	}
@@ -128,14 +129,14 @@ func TestKeeperAppliesAnnouncements(t *testing.T) {
 		t.Fatal("an announcement for user 2 revoked user 1")
 	}
 	// An unreadable announcement is dropped; the store is read instead.
-	if err := w.rdb.Publish(ctx, Channel(w.cfg.Prefix), "v1 junk").Err(); err != nil {
+	if err := w.rdb.Publish(ctx, Channel(w.prefix), "v1 junk").Err(); err != nil {
 		t.Fatal(err)
 	}
 	stored, err := w.store.RevokeTokens(ctx, 2, "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.rdb.Publish(ctx, Channel(w.cfg.Prefix), "v2 whatever").Err(); err != nil {
+	if err := w.rdb.Publish(ctx, Channel(w.prefix), "v2 whatever").Err(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, func() bool { return w.set.Revoked(2, 1, stored.At.UnixMilli()) })
@@ -180,5 +181,50 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (Config{}).Validate(); err == nil {
 		t.Fatal("a zero poll was accepted")
+	}
+}
+
+// noSource answers nothing; NewKeeper needs a Source, not its answers.
+type noSource struct{}
+
+func (noSource) Revocations(context.Context, time.Time) ([]upstream.Revocation, error) {
+	return nil, nil
+}
+func (noSource) PruneRevocations(context.Context, time.Time) (int64, error) { return 0, nil }
+
+// TestNewKeeperRefusesBadSettings: NewKeeper names what it refuses.
+func TestNewKeeperRefusesBadSettings(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	good := func() (Config, Deps) {
+		return Config{Poll: time.Second}, Deps{Set: NewSet(), Source: noSource{}, Redis: rdb,
+			Horizon: time.Hour, StoreTimeout: time.Second, RedisTimeout: time.Second, Log: quiet()}
+	}
+	tests := []struct {
+		name     string
+		change   func(*Config, *Deps)
+		wantText string
+	}{
+		{name: "poll", change: func(c *Config, _ *Deps) { c.Poll = 0 }, wantText: "revocation.poll"},
+		{name: "set", change: func(_ *Config, d *Deps) { d.Set = nil }, wantText: "set"},
+		{name: "source", change: func(_ *Config, d *Deps) { d.Source = nil }, wantText: "source"},
+		{name: "log", change: func(_ *Config, d *Deps) { d.Log = nil }, wantText: "log"},
+		{name: "horizon", change: func(_ *Config, d *Deps) { d.Horizon = 0 }, wantText: "horizon"},
+		{name: "store timeout", change: func(_ *Config, d *Deps) { d.StoreTimeout = 0 }, wantText: "store timeout"},
+		{name: "redis timeout", change: func(_ *Config, d *Deps) { d.RedisTimeout = 0 }, wantText: "redis timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, deps := good()
+			tt.change(&cfg, &deps)
+			if _, err := NewKeeper(cfg, deps); err == nil || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("error %v; want one naming %s", err, tt.wantText)
+			}
+		})
+	}
+	cfg, deps := good()
+	deps.Redis, deps.RedisTimeout = nil, 0 // without Redis, no Redis timeout
+	if _, err := NewKeeper(cfg, deps); err != nil {
+		t.Fatalf("NewKeeper with good settings: %v", err)
 	}
 }

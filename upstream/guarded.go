@@ -27,20 +27,33 @@ type Guarded struct {
 	tracer  trace.Tracer // nil: no spans
 }
 
-// NewGuarded guards store.
-func NewGuarded(store Store, cfg breaker.Config, lim breaker.Limits, log *slog.Logger) *Guarded {
-	return &Guarded{store: store, guard: breaker.NewGuard("store", cfg, lim, Answered, log),
-		observe: func(string, string, time.Duration) {}}
+// GuardedDeps are a Guarded's collaborators.
+type GuardedDeps struct {
+	Log *slog.Logger
+	// Observe, when set, is told of every call with its operation,
+	// outcome (ok, not_found, error, rejected) and duration.
+	Observe func(op, outcome string, d time.Duration)
+	// Tracer, when set, records every call as a span "store <op>".
+	Tracer trace.TracerProvider
 }
 
-// Observe has every call reported to fn with its operation, outcome (ok,
-// not_found, error, rejected) and duration. Call it before any call.
-func (g *Guarded) Observe(fn func(op, outcome string, d time.Duration)) { g.observe = fn }
-
-// Trace has every call recorded as a span "store <op>" of tp's. Call it
-// before any call.
-func (g *Guarded) Trace(tp trace.TracerProvider) {
-	g.tracer = tp.Tracer("github.com/realty-gateway/gateway/upstream")
+// NewGuarded guards store with a breaker of cfg under lim.
+func NewGuarded(store Store, cfg breaker.Config, lim breaker.Limits, deps GuardedDeps) (*Guarded, error) {
+	if store == nil || deps.Log == nil {
+		return nil, errors.New("guarded store: store and log are required")
+	}
+	guard, err := breaker.NewGuard("store", cfg, lim, Answered, deps.Log)
+	if err != nil {
+		return nil, err
+	}
+	g := &Guarded{store: store, guard: guard, observe: deps.Observe}
+	if g.observe == nil {
+		g.observe = func(string, string, time.Duration) {}
+	}
+	if deps.Tracer != nil {
+		g.tracer = deps.Tracer.Tracer("github.com/realty-gateway/gateway/upstream")
+	}
+	return g, nil
 }
 
 // BreakerState is the state of the store's breaker.

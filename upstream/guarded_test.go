@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,16 @@ import (
 
 // quiet is the logger of every Guarded under test.
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// newGuarded guards store, failing t if it cannot.
+func newGuarded(t *testing.T, store upstream.Store, cfg breaker.Config, lim breaker.Limits) *upstream.Guarded {
+	t.Helper()
+	g, err := upstream.NewGuarded(store, cfg, lim, upstream.GuardedDeps{Log: quiet()})
+	if err != nil {
+		t.Fatalf("NewGuarded: %v", err)
+	}
+	return g
+}
 
 // countingStore is the real store with a count of the listing lookups that
 // reached it.
@@ -102,7 +113,7 @@ func TestGuardedRealStore(t *testing.T) {
 				}
 			}
 			store := &countingStore{Store: sq}
-			g := upstream.NewGuarded(store, cfg, lim, quiet())
+			g := newGuarded(t, store, cfg, lim)
 
 			for i := range tt.calls {
 				start := time.Now()
@@ -216,9 +227,9 @@ func TestGuardedHungStoreTimesOut(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := newStandIn(0)
-			g := upstream.NewGuarded(store,
-				breaker.Config{MinRequests: 5, FailureRatio: 0.5, OpenFor: time.Minute, Probes: 1},
-				breaker.Limits{CallTimeout: tt.giveTimeout, MaxConcurrent: 1}, quiet())
+			g := newGuarded(t, store,
+				breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: 5, FailureRatio: 0.5, OpenFor: time.Minute, Probes: 1},
+				breaker.Limits{CallTimeout: tt.giveTimeout, MaxConcurrent: 1})
 
 			start := time.Now()
 			err := result(t, lookup(context.Background(), g))
@@ -256,9 +267,9 @@ func TestGuardedCallerCancellationIsNotAFailure(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			store := newStandIn(0)
 			defer close(store.release)
-			g := upstream.NewGuarded(store,
+			g := newGuarded(t, store,
 				breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: minRequests, FailureRatio: 0.5, OpenFor: time.Minute, Probes: 1},
-				breaker.Limits{CallTimeout: 10 * time.Second, MaxConcurrent: 1}, quiet())
+				breaker.Limits{CallTimeout: 10 * time.Second, MaxConcurrent: 1})
 
 			if tt.holdSlot {
 				holder := lookup(context.Background(), g)
@@ -302,9 +313,9 @@ func TestGuardedBulkhead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := newStandIn(0)
-			g := upstream.NewGuarded(store,
+			g := newGuarded(t, store,
 				breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: 5, FailureRatio: 0.5, OpenFor: time.Minute, Probes: 1},
-				breaker.Limits{CallTimeout: 10 * time.Second, MaxConcurrent: tt.maxConcurrent}, quiet())
+				breaker.Limits{CallTimeout: 10 * time.Second, MaxConcurrent: tt.maxConcurrent})
 
 			holders := make([]<-chan error, tt.maxConcurrent)
 			for i := range holders {
@@ -365,9 +376,9 @@ func TestGuardedHalfOpenProbesAreLimited(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := newStandIn(failures)
-			g := upstream.NewGuarded(store,
+			g := newGuarded(t, store,
 				breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: minRequests, FailureRatio: 0.5, OpenFor: 100 * time.Millisecond, Probes: tt.probes},
-				breaker.Limits{CallTimeout: 10 * time.Second, MaxConcurrent: 8}, quiet())
+				breaker.Limits{CallTimeout: 10 * time.Second, MaxConcurrent: 8})
 
 			for i := range failures {
 				if _, err := g.ListingByID(context.Background(), 1); !errors.Is(err, upstream.ErrUnavailable) || !errors.Is(err, errStoreDown) {
@@ -420,5 +431,64 @@ func TestGuardedHalfOpenProbesAreLimited(t *testing.T) {
 				t.Errorf("store calls = %d; want %d", got, want)
 			}
 		})
+	}
+}
+
+// TestNewGuardedRefusesBadSettings: NewGuarded names what it refuses,
+// its breaker's settings included.
+func TestNewGuardedRefusesBadSettings(t *testing.T) {
+	good := func() (upstream.Store, breaker.Config, breaker.Limits, upstream.GuardedDeps) {
+		return newStandIn(0), breaker.DefaultConfig(), breaker.Limits{CallTimeout: time.Second, MaxConcurrent: 1},
+			upstream.GuardedDeps{Log: quiet()}
+	}
+	tests := []struct {
+		name     string
+		change   func(*upstream.Store, *breaker.Config, *breaker.Limits, *upstream.GuardedDeps)
+		wantText string
+	}{
+		{name: "no store", change: func(s *upstream.Store, _ *breaker.Config, _ *breaker.Limits, _ *upstream.GuardedDeps) { *s = nil },
+			wantText: "store"},
+		{name: "no log", change: func(_ *upstream.Store, _ *breaker.Config, _ *breaker.Limits, d *upstream.GuardedDeps) { d.Log = nil },
+			wantText: "log"},
+		{name: "window", change: func(_ *upstream.Store, c *breaker.Config, _ *breaker.Limits, _ *upstream.GuardedDeps) { c.Window = 0 },
+			wantText: "window"},
+		{name: "failure ratio", change: func(_ *upstream.Store, c *breaker.Config, _ *breaker.Limits, _ *upstream.GuardedDeps) {
+			c.FailureRatio = 2
+		},
+			wantText: "failureRatio"},
+		{name: "call timeout", change: func(_ *upstream.Store, _ *breaker.Config, l *breaker.Limits, _ *upstream.GuardedDeps) {
+			l.CallTimeout = 0
+		},
+			wantText: "callTimeout"},
+		{name: "concurrency", change: func(_ *upstream.Store, _ *breaker.Config, l *breaker.Limits, _ *upstream.GuardedDeps) {
+			l.MaxConcurrent = -1
+		},
+			wantText: "maxConcurrent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store, cfg, lim, deps := good()
+			tt.change(&store, &cfg, &lim, &deps)
+			if _, err := upstream.NewGuarded(store, cfg, lim, deps); err == nil || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("error %v; want one naming %s", err, tt.wantText)
+			}
+		})
+	}
+}
+
+// TestGuardedReportsEachCallToItsObserver: the observer given at
+// construction hears every call.
+func TestGuardedReportsEachCallToItsObserver(t *testing.T) {
+	var got []string
+	g, err := upstream.NewGuarded(newStandIn(1), breaker.DefaultConfig(), breaker.Limits{CallTimeout: time.Second, MaxConcurrent: 1},
+		upstream.GuardedDeps{Log: quiet(), Observe: func(op, outcome string, _ time.Duration) { got = append(got, op+" "+outcome) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.ListingByID(context.Background(), 1); !errors.Is(err, errStoreDown) {
+		t.Fatalf("error %v; want the stand-in's failure", err)
+	}
+	if len(got) != 1 || got[0] != "listing_by_id error" {
+		t.Fatalf("observed %q; want [listing_by_id error]", got)
 	}
 }
