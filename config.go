@@ -114,8 +114,6 @@ func unparsable(environ map[string]string) []string {
 
 // derive sets the values that follow from other parts' settings.
 func (c *config) derive() {
-	c.HTTP.RetryAfter = c.Breaker.OpenFor
-	c.HTTP.CacheTTL = c.Cache.Fresh
 	c.Purge.GiveUpAfter = c.HTTP.CDN.SMaxAge + c.HTTP.CDN.StaleWhileRevalidate + c.HTTP.CDN.StaleIfError
 	c.Purge.StoreTimeout = c.Store.Timeout
 	c.Cache.Prefix = c.Redis.Prefix
