@@ -62,7 +62,6 @@ func defaults() config {
 
 		Revocation: revocation.DefaultConfig(),
 	}
-	cfg.derive()
 	return cfg
 }
 
@@ -93,7 +92,6 @@ func loadConfig(environ map[string]string) (config, error) {
 		return cfg, fmt.Errorf("config environment: %s: %w", strings.Join(unparsable(environ), ", "), err)
 	}
 	cfg.Tracing.fromEnviron(environ)
-	cfg.derive()
 	return cfg, cfg.validate()
 }
 
@@ -112,12 +110,6 @@ func unparsable(environ map[string]string) []string {
 		}
 	}
 	return bad
-}
-
-// derive sets the values that follow from other parts' settings.
-func (c *config) derive() {
-	c.HTTP.RetryAfter = c.Breaker.OpenFor
-	c.HTTP.CacheTTL = c.Cache.Fresh
 }
 
 // cacheDeps are what the listing cache over src takes from the store's

@@ -123,7 +123,6 @@ func TestLoadConfigFileThenEnvironment(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			want := defaults()
 			tt.want(&want)
-			want.derive()
 
 			got, err := loadConfig(tt.give)
 			if err != nil {

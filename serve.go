@@ -175,11 +175,9 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, observe 
 	if err := p.revocations.Load(ctx); err != nil {
 		return nil, err
 	}
-	if p.srv, err = gateway.New(cfg.HTTP, p.listings, p.guarded, p.limiter, purger, revoked, log); err != nil {
+	if p.srv, err = gateway.New(cfg.HTTP, gateway.Deps{Listings: p.listings, Accounts: p.guarded, Limiter: p.limiter, Purger: purger,
+		Revoked: revoked, Log: log, Tracer: tp, RetryAfter: cfg.Breaker.OpenFor, CacheTTL: cfg.Cache.Fresh}); err != nil {
 		return nil, err
-	}
-	if tp != nil {
-		p.srv.Trace(tp)
 	}
 	return p, nil
 }

@@ -72,7 +72,7 @@ func BenchmarkView(b *testing.B) {
 	})
 	b.Run("view hit, tracing on, every request sampled", func(b *testing.B) {
 		tp := sdktrace.NewTracerProvider() // spans recorded, then dropped
-		f.srv.Trace(tp)
+		f.srv.tracer, f.srv.propagator = tracing(tp)
 		defer func() { f.srv.tracer, f.srv.propagator = nil, nil }()
 		run(b, "/realty/1", auth, 200, false)
 	})

@@ -4,72 +4,20 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/internal/settings"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// staleListings answers every view as a stale copy stored an hour ago, as
-// the cache does while the store fails.
-type staleListings struct{ Listings }
-
-func (staleListings) Cached(cache.Key, time.Time) (cache.Entry, bool) { return cache.Entry{}, false }
-
-func (s staleListings) Get(ctx context.Context, k cache.Key) (cache.Entry, error) {
-	e, err := s.Listings.Get(ctx, k)
-	e.State = cache.Stale
-	e.FreshUntil = time.Now().Add(-time.Hour + time.Minute).UnixMilli() // fresh for a minute, an hour ago
-	return e, err
-}
-
-func TestStaleIsNeverSentAsFresh(t *testing.T) {
-	tests := []struct {
-		name         string
-		cdn, stale   bool
-		wantControl  string
-		wantAgeAbove int // -1: no Age
-	}{
-		{name: "fresh, CDN mode", cdn: true, wantControl: "public, max-age=0, s-maxage=60, stale-while-revalidate=30, stale-if-error=3600", wantAgeAbove: -1},
-		{name: "stale, CDN mode", cdn: true, stale: true, wantControl: "public, max-age=0, s-maxage=0, stale-if-error=3600", wantAgeAbove: 3500},
-		{name: "stale, private", stale: true, wantControl: "private, no-cache", wantAgeAbove: 3500},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o := fixtureOptions{change: func(c *Config) {
-				c.CacheTTL = time.Minute
-				c.CDN = CDN{Enabled: tt.cdn, SMaxAge: time.Minute, StaleWhileRevalidate: 30 * time.Second, StaleIfError: time.Hour}
-			}}
-			if tt.stale {
-				o.listings = func(l Listings) Listings { return staleListings{l} }
-			}
-			f := newFixtureOf(t, o)
-			resp, body := f.get(t, "/realty/1", bearer(t, 1, 1))
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d: %s", resp.StatusCode, body)
-			}
-			if got := resp.Header.Get("Cache-Control"); got != tt.wantControl {
-				t.Errorf("Cache-Control %q, want %q", got, tt.wantControl)
-			}
-			age, err := strconv.Atoi(resp.Header.Get("Age"))
-			switch {
-			case tt.wantAgeAbove < 0 && resp.Header.Get("Age") != "":
-				t.Errorf("a fresh answer carries Age %q", resp.Header.Get("Age"))
-			case tt.wantAgeAbove >= 0 && (err != nil || age <= tt.wantAgeAbove):
-				t.Errorf("Age %q, want above %d", resp.Header.Get("Age"), tt.wantAgeAbove)
-			}
-		})
-	}
-}
-
 func TestOriginSecret(t *testing.T) {
 	const secret = "origin-secret-origin-secret-origin-secret"
 	withSecret := func(c *Config) {
-		c.CDN.Enabled, c.CDN.OriginSecret, c.CDN.OriginHeader = true, settings.Secret(secret), "X-Origin-Auth"
+		c.CDN.PublicActive, c.CDN.OriginSecret, c.CDN.OriginHeader = true, settings.Secret(secret), "X-Origin-Auth"
 	}
 	tests := []struct {
 		name   string
@@ -119,7 +67,7 @@ func TestOriginSecret(t *testing.T) {
 func TestCDNModeRevokedTokenReadsNoPassiveListing(t *testing.T) {
 	const secret = "origin-secret-origin-secret-origin-secret"
 	f := newFixtureWith(t, func(c *Config) {
-		c.CDN = CDN{Enabled: true, SMaxAge: time.Minute, OriginSecret: settings.Secret(secret), OriginHeader: "X-Origin-Auth"}
+		c.CDN = CDN{PublicActive: true, SMaxAge: time.Minute, OriginSecret: settings.Secret(secret), OriginHeader: "X-Origin-Auth"}
 	}, NoPurge{})
 	owner := bearer(t, 1, 1)
 	get := func(path string, header map[string]string) (*http.Response, string) {
@@ -150,5 +98,46 @@ func TestCDNModeRevokedTokenReadsNoPassiveListing(t *testing.T) {
 	}
 	if resp, _ := get("/realty/2", map[string]string{"X-Origin-Auth": secret}); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("the passive listing with the origin secret alone: %d; want 404", resp.StatusCode)
+	}
+}
+
+type recordingPurger struct {
+	mu   sync.Mutex
+	keys []string // "hard realty-1" or "soft realty-1"
+}
+
+func (p *recordingPurger) PurgeThen(_ context.Context, hard bool, done func(bool), keys ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kind := "soft"
+	if hard {
+		kind = "hard"
+	}
+	for _, k := range keys {
+		p.keys = append(p.keys, kind+" "+k)
+	}
+	done(true)
+}
+
+// TestWritesPurgeTheCDN: every write purges its listing's key; a write
+// that hides a listing (active to passive, delete) purges hard.
+func TestWritesPurgeTheCDN(t *testing.T) {
+	p := &recordingPurger{}
+	f := newFixtureWith(t, cdnMode, p)
+	auth := bearer(t, 1, 1)
+	_, body := f.get(t, "/realty/1", auth)
+	if resp, b := f.send(t, http.MethodPut, "/realty/1", auth, body); resp.StatusCode != 200 {
+		t.Fatalf("PUT: %d %s", resp.StatusCode, b)
+	}
+	passive := strings.Replace(body, `"isActive":true`, `"isActive":false`, 1)
+	if resp, b := f.send(t, http.MethodPut, "/realty/1", auth, passive); resp.StatusCode != 200 {
+		t.Fatalf("PUT passive: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := f.send(t, http.MethodDelete, "/realty/2", auth, ""); resp.StatusCode != 204 {
+		t.Fatalf("DELETE: %d", resp.StatusCode)
+	}
+	want := []string{"soft realty-1", "hard realty-1", "hard realty-2"}
+	if !slices.Equal(p.keys, want) {
+		t.Fatalf("purged %q, want %q", p.keys, want)
 	}
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -32,12 +31,6 @@ type Config struct {
 	JWT   JWT   `yaml:"jwt"`
 	Login Login `yaml:"login"`
 	CDN   CDN   `yaml:"cdn" envPrefix:"CDN_"`
-
-	// RetryAfter is the Retry-After of a 503: the store breaker's open
-	// time. CacheTTL is how long a cached copy is fresh, for the Age of a
-	// stale one. The wiring sets both; they are not settings of their own.
-	RetryAfter time.Duration `yaml:"-"`
-	CacheTTL   time.Duration `yaml:"-"`
 }
 
 // JWT configures token issuance and checks.
@@ -64,8 +57,10 @@ type Login struct {
 
 // CDN configures responses for a CDN in front of the gateway.
 type CDN struct {
-	// Enabled marks active listings public for shared caches.
-	Enabled              bool          `yaml:"mode" env:"MODE" help:"active listings public for a CDN in front"`
+	// PublicActive is CDN mode, set by the key http.cdn.mode
+	// (GATEWAY_CDN_MODE) as true or false: active listings are public for
+	// shared caches.
+	PublicActive         bool          `yaml:"mode" env:"MODE" help:"active listings public for a CDN in front"`
 	SMaxAge              time.Duration `yaml:"sMaxAge" env:"S_MAXAGE" help:"s-maxage of public listings"`
 	StaleWhileRevalidate time.Duration `yaml:"staleWhileRevalidate" env:"STALE_WHILE_REVALIDATE" help:"stale-while-revalidate of public listings"`
 	StaleIfError         time.Duration `yaml:"staleIfError" env:"STALE_IF_ERROR" help:"stale-if-error of public listings"`
@@ -92,9 +87,7 @@ func DefaultConfig() Config {
 			AccountFailures: 20, IPAttempts: 300, KeyAttempts: 1000, UnknownKeyAttempts: 1000,
 			IPv6Prefix: 64, LimitPeriod: 15 * time.Minute,
 		},
-		CDN:        CDN{SMaxAge: time.Minute, StaleWhileRevalidate: 30 * time.Second, StaleIfError: time.Hour, OriginHeader: "X-Origin-Auth"},
-		RetryAfter: 5 * time.Second,
-		CacheTTL:   5 * time.Minute,
+		CDN: CDN{SMaxAge: time.Minute, StaleWhileRevalidate: 30 * time.Second, StaleIfError: time.Hour, OriginHeader: "X-Origin-Auth"},
 	}
 }
 
@@ -180,25 +173,6 @@ func (j JWT) SigningKeys() ([]SigningKey, error) {
 		keys = append(keys, SigningKey{ID: kid, Secret: []byte(sec)})
 	}
 	return keys, nil
-}
-
-// trustedProxies parses the proxies allowed to set X-Forwarded-For: CIDRs
-// or single addresses.
-func (c Config) trustedProxies() ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range c.TrustedProxies {
-		s = strings.TrimSpace(s)
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-			continue
-		}
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return nil, fmt.Errorf("http.trustedProxies: %q is neither an address nor a CIDR", s)
-		}
-		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
-	}
-	return out, nil
 }
 
 // loginLimits are the login limits of Login, each named, so that their

@@ -11,11 +11,11 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"net/netip"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -110,48 +110,99 @@ type Accounts interface {
 	UserByEmail(ctx context.Context, firmID int64, email string) (upstream.User, error)
 }
 
-// Server holds the gateway's dependencies.
+// Deps are what a Server is built on: its collaborators, and the values
+// it takes from other components' settings.
+type Deps struct {
+	Listings Listings
+	Accounts Accounts
+	Limiter  RateLimiter
+	// Purger is nil when no CDN is purged: NoPurge.
+	Purger Purger
+	// Revoked is checked by every token the Server accepts.
+	Revoked Revocations
+	Log     *slog.Logger
+	// Tracer records a span per request; nil: no spans, at no cost.
+	Tracer trace.TracerProvider
+	// RetryAfter is the Retry-After of a 503: the store breaker's open
+	// time.
+	RetryAfter time.Duration
+	// CacheTTL is how long a cached listing is fresh, for the Age of a
+	// stale one: the cache's fresh time.
+	CacheTTL time.Duration
+}
+
+// Validate reports each dependency that is missing or out of range.
+func (d Deps) Validate() error {
+	var errs []error
+	for _, dep := range []struct {
+		name    string
+		missing bool
+	}{
+		{"listings", d.Listings == nil}, {"accounts", d.Accounts == nil}, {"limiter", d.Limiter == nil},
+		{"revocations", d.Revoked == nil}, {"logger", d.Log == nil},
+	} {
+		if dep.missing {
+			errs = append(errs, fmt.Errorf("no %s", dep.name))
+		}
+	}
+	if d.RetryAfter <= 0 {
+		errs = append(errs, errors.New("RetryAfter must be positive"))
+	}
+	if d.CacheTTL <= 0 {
+		errs = append(errs, errors.New("CacheTTL must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is the HTTP front door: the routes' handlers and the token check.
+// New builds it whole; only the observer may be set later (Observe).
 type Server struct {
+	// Dependencies, as given to New.
 	cfg      Config
-	obs      Observer
-	keys     []SigningKey
-	limits   loginLimits
-	proxies  []netip.Prefix
 	listings Listings
 	accounts Accounts
 	purger   Purger
 	limiter  RateLimiter
 	revoked  Revocations
-	verified *otter.Cache[uint64, *verifiedToken]
-	// origin is the principal of a CDN that proved the origin secret: no
-	// firm, so it reads active listings only.
-	origin    *verifiedToken
-	tokenSeed maphash.Seed
-	// knownKeys holds digests of API keys that resolved to a firm lately.
-	knownKeys    *expirable.LRU[[sha256.Size]byte, struct{}]
-	pseudonymKey []byte
-	// privateCacheControl and publicCacheControl are built once by New.
+	log      *slog.Logger
+	cacheTTL time.Duration
+	obs      Observer // nil: NoObserver
+	// tracer and propagator record spans; nil: no spans.
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+
+	// Derived from the settings once by New.
+	keys    []SigningKey
+	limits  loginLimits
+	proxies []netip.Prefix
+	// pseudonymKey is the HMAC key of the login limiter's pseudonyms.
+	pseudonymKey        []byte
 	privateCacheControl []byte
 	staleCacheControl   string
 	publicCacheControl  string
-	log                 *slog.Logger
-	hashing             *semaphore.Weighted
-	dummyHash           string
 	retryAfterSeconds   int
-	requestIDPrefix     string
-	requestCount        atomic.Uint64
-	panics              atomic.Uint64
 	openAPIETag         []byte // of the served API description
-	// tracer and propagator are set by Trace; nil: no spans.
-	tracer     trace.Tracer
-	propagator propagation.TextMapPropagator
+	// origin is the principal of a CDN that proved the origin secret: no
+	// firm, so it reads active listings only.
+	origin *verifiedToken
+	// dummyHash is verified for unknown accounts, so they take as long.
+	dummyHash       string
+	requestIDPrefix string
+
+	// State shared by requests.
+	verified  *otter.Cache[uint64, *verifiedToken]
+	tokenSeed maphash.Seed
+	// knownKeys holds digests of API keys that resolved to a firm lately.
+	knownKeys    *expirable.LRU[[sha256.Size]byte, struct{}]
+	hashing      *semaphore.Weighted
+	requestCount atomic.Uint64
+	panics       atomic.Uint64
 }
 
-// New builds a Server; every token it accepts is checked against revoked.
-// It hashes one random password for the dummy verification of unknown
-// accounts.
-func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, purger Purger, revoked Revocations, log *slog.Logger) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+// New validates cfg and deps and builds a Server on them. It hashes one
+// random password for the dummy verification of unknown accounts.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if err := errors.Join(cfg.Validate(), deps.Validate()); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	keys, err := cfg.JWT.SigningKeys()
@@ -174,31 +225,39 @@ func New(cfg Config, listings Listings, accounts Accounts, limiter RateLimiter, 
 	if err != nil {
 		return nil, fmt.Errorf("gateway: request id prefix: %w", err)
 	}
+	purger := deps.Purger
+	if purger == nil {
+		purger = NoPurge{}
+	}
+	tracer, propagator := tracing(deps.Tracer)
 	private, public, stale := cacheControls(cfg)
 	return &Server{
-		privateCacheControl: []byte(private),
-		staleCacheControl:   stale,
-		publicCacheControl:  public,
 		cfg:                 cfg,
+		listings:            deps.Listings,
+		accounts:            deps.Accounts,
+		purger:              purger,
+		limiter:             deps.Limiter,
+		revoked:             deps.Revoked,
+		log:                 deps.Log,
+		cacheTTL:            deps.CacheTTL,
+		tracer:              tracer,
+		propagator:          propagator,
 		keys:                keys,
 		limits:              cfg.Login.limits(),
 		proxies:             proxies,
-		listings:            listings,
-		accounts:            accounts,
-		purger:              purger,
-		limiter:             limiter,
-		revoked:             revoked,
+		pseudonymKey:        pseudonymKey(keys),
+		privateCacheControl: []byte(private),
+		staleCacheControl:   stale,
+		publicCacheControl:  public,
+		retryAfterSeconds:   seconds(deps.RetryAfter, 1),
+		openAPIETag:         openAPIETag(),
+		origin:              &verifiedToken{},
+		dummyHash:           dummy,
+		requestIDPrefix:     idPrefix,
 		verified:            newVerifiedTokens(),
 		tokenSeed:           maphash.MakeSeed(),
-		origin:              &verifiedToken{},
 		knownKeys:           expirable.NewLRU[[sha256.Size]byte, struct{}](knownKeys, nil, cfg.Login.LimitPeriod),
-		pseudonymKey:        pseudonymKey(keys),
-		log:                 log,
 		hashing:             newHashing(cfg.Login.HashConcurrency),
-		dummyHash:           dummy,
-		retryAfterSeconds:   seconds(cfg.RetryAfter, 1),
-		requestIDPrefix:     idPrefix,
-		openAPIETag:         openAPIETag(),
 	}, nil
 }
 
@@ -272,66 +331,3 @@ func (NoPurge) PurgeThen(_ context.Context, _ bool, done func(bool), _ ...string
 
 // knownKeys bounds how many resolving API keys are remembered.
 const knownKeys = 10_000
-
-// clientNetwork names the client for the per-IP login limit: its address,
-// or for IPv6 its network of Limits.IPv6Prefix bits.
-func (s *Server) clientNetwork(c *fiber.Ctx) string {
-	addr := s.clientIP(c)
-	if addr.Is6() {
-		p, err := addr.WithZone("").Prefix(s.cfg.Login.IPv6Prefix)
-		if err == nil {
-			return p.String()
-		}
-	}
-	return addr.String()
-}
-
-// clientIP is the peer's address, or, when the peer is a trusted proxy,
-// the right-most address in X-Forwarded-For that is not a trusted proxy:
-// left of that, anyone may have written anything. Repeated header lines
-// are joined in order (RFC 9110 §5.3), and hops may carry a port.
-func (s *Server) clientIP(c *fiber.Ctx) netip.Addr {
-	addr, _ := netip.AddrFromSlice(c.Context().RemoteIP())
-	addr = addr.Unmap()
-	if !s.trusted(addr) {
-		return addr
-	}
-	lines := c.Request().Header.PeekAll(fiber.HeaderXForwardedFor)
-	var hops []string
-	for _, line := range lines {
-		hops = append(hops, strings.Split(string(line), ",")...)
-	}
-	for i := len(hops) - 1; i >= 0; i-- {
-		hop, ok := parseHop(strings.TrimSpace(hops[i]))
-		if !ok {
-			break
-		}
-		addr = hop
-		if !s.trusted(addr) {
-			break
-		}
-	}
-	return addr
-}
-
-// parseHop reads one X-Forwarded-For hop: an address, an address with a
-// port ("203.0.113.5:4711", "[2001:db8::1]:443"), or a bracketed IPv6
-// address.
-func parseHop(hop string) (netip.Addr, bool) {
-	if addr, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(hop, "["), "]")); err == nil {
-		return addr.Unmap(), true
-	}
-	if ap, err := netip.ParseAddrPort(hop); err == nil {
-		return ap.Addr().Unmap(), true
-	}
-	return netip.Addr{}, false
-}
-
-func (s *Server) trusted(addr netip.Addr) bool {
-	for _, p := range s.proxies {
-		if p.Contains(addr) {
-			return true
-		}
-	}
-	return false
-}

@@ -241,7 +241,7 @@ func TestOpenAPIViewStatuses(t *testing.T) {
 func TestOpenAPIViewLive(t *testing.T) {
 	doc := loadOpenAPI(t)
 	f := newFixture(t)
-	cdn := newFixtureWith(t, func(c *Config) { c.CDN.Enabled = true }, NoPurge{})
+	cdn := newFixtureWith(t, func(c *Config) { c.CDN.PublicActive = true }, NoPurge{})
 	owner, other := bearer(t, 1, 1), bearer(t, 2, 3)
 	// Headers every answer may carry whatever the document says.
 	generic := []string{"Content-Length", "Content-Type", "Date"}

@@ -271,7 +271,8 @@ func startLiveGateway(t *testing.T, change func(*Config), fresh time.Duration) *
 			}
 			return c
 		},
-		limiter: limiter,
+		limiter:  limiter,
+		cacheTTL: fresh,
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -846,7 +847,7 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 	// headers, then a stale copy and 503s while the store is down.
 	t.Run("CDN mode and store outage", func(t *testing.T) {
 		const fresh = 100 * time.Millisecond
-		cdn := startLiveGateway(t, func(c *Config) { cdnMode(c); c.CacheTTL = fresh }, fresh)
+		cdn := startLiveGateway(t, cdnMode, fresh)
 		active := cdn.do(t, sv, exchange{method: "GET", path: "/realty/1", auth: owner, want: 200})
 		if active.Header.Get("Surrogate-Key") == "" || !strings.HasPrefix(active.Header.Get("Cache-Control"), "public") {
 			t.Errorf("an active listing in CDN mode: Surrogate-Key %q, Cache-Control %q", active.Header.Get("Surrogate-Key"), active.Header.Get("Cache-Control"))

@@ -89,11 +89,11 @@ func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry, now time.Time) {
 	h.SetCanonical([]byte("Etag"), e.ETag)
 	stale := e.State == cache.Stale
 	if stale {
-		storedAt := e.FreshUntil - s.cfg.CacheTTL.Milliseconds()
+		storedAt := e.FreshUntil - s.cacheTTL.Milliseconds()
 		var buf [20]byte
 		h.SetCanonical([]byte("Age"), strconv.AppendInt(buf[:0], max(0, (now.UnixMilli()-storedAt)/1000), 10))
 	}
-	if s.cfg.CDN.Enabled && e.Active {
+	if s.cfg.CDN.PublicActive && e.Active {
 		if stale {
 			c.Set(fiber.HeaderCacheControl, s.staleCacheControl)
 		} else {

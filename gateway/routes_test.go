@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/realty-gateway/gateway/metrics"
@@ -15,5 +17,38 @@ func TestEveryRouteHasMetricSeries(t *testing.T) {
 		if !slices.Contains(metrics.RouteLabels(), r.Path) {
 			t.Errorf("route %s %s has no series of its own in metrics.RouteLabels", r.Method, r.Path)
 		}
+	}
+}
+
+// TestMethodNotAllowed: a method a route does not serve is a 405 problem
+// whose Allow lists the route's methods, and not the refused one.
+func TestMethodNotAllowed(t *testing.T) {
+	f := newFixture(t)
+	tests := []struct {
+		method, path string
+		wantAllow    []string
+	}{
+		{method: "PATCH", path: "/realty/1", wantAllow: []string{"GET", "PUT", "DELETE"}},
+		{method: "POST", path: "/realty/1", wantAllow: []string{"GET", "PUT", "DELETE"}},
+		{method: "POST", path: "/realty/5", wantAllow: []string{"GET", "PUT", "DELETE"}},
+		{method: "GET", path: "/realty", wantAllow: []string{"POST"}},
+		{method: "DELETE", path: "/realty", wantAllow: []string{"POST"}},
+		{method: "PUT", path: "/realty", wantAllow: []string{"POST"}},
+		{method: "GET", path: "/auth/login", wantAllow: []string{"POST"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			resp, body := f.send(t, tt.method, tt.path, bearer(t, 1, 1), "")
+			requireProblem(t, resp, body, http.StatusMethodNotAllowed)
+			allow := strings.Split(resp.Header.Get("Allow"), ", ")
+			for _, m := range tt.wantAllow {
+				if !slices.Contains(allow, m) {
+					t.Fatalf("Allow = %q, want %s in it", resp.Header.Get("Allow"), m)
+				}
+			}
+			if slices.Contains(allow, tt.method) {
+				t.Fatalf("Allow = %q lists the refused method %s", resp.Header.Get("Allow"), tt.method)
+			}
+		})
 	}
 }

@@ -15,17 +15,20 @@ import (
 	"github.com/realty-gateway/gateway/cache"
 )
 
-// Tracing: with a TracerProvider set (Trace), frame starts one server span
-// per request, joined to an incoming W3C traceparent, and the request's
-// context carries it, so that the cache's, Redis's and the store's spans
-// are its children. Without one nothing here runs.
+// Tracing: with a TracerProvider (Deps.Tracer), frame starts one server
+// span per request, joined to an incoming W3C traceparent, and the
+// request's context carries it, so that the cache's, Redis's and the
+// store's spans are its children. Without one nothing here runs.
 
 type spanKey struct{}
 
-// Trace has every request recorded as a span of tp's. Call it before App.
-func (s *Server) Trace(tp trace.TracerProvider) {
-	s.tracer = tp.Tracer("github.com/realty-gateway/gateway/gateway")
-	s.propagator = propagation.TraceContext{}
+// tracing returns tp's tracer of the gateway's spans and the propagator
+// that reads traceparent; nil tp: neither.
+func tracing(tp trace.TracerProvider) (trace.Tracer, propagation.TextMapPropagator) {
+	if tp == nil {
+		return nil, nil
+	}
+	return tp.Tracer("github.com/realty-gateway/gateway/gateway"), propagation.TraceContext{}
 }
 
 // startSpan starts the request's server span and keeps its context for

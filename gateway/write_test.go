@@ -1,47 +1,13 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/golang-jwt/jwt/v5"
 )
-
-// bearer returns an Authorization value for a user of a firm.
-func bearer(t testing.TB, firmID, userID int64) string {
-	t.Helper()
-	c := with(with(with(goodClaims(time.Now()), "firmId", firmID), "firmUserId", userID), "sub", jsonNumber(userID))
-	return "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", c, testSecret)
-}
-
-func jsonNumber(n int64) string {
-	b, _ := json.Marshal(n)
-	return string(b)
-}
-
-func (f fixture) send(t *testing.T, method, path, auth, body string) (*http.Response, string) {
-	t.Helper()
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	req.Header.Set("Authorization", auth)
-	req.Header.Set("Content-Type", "application/json")
-	return f.do(t, req)
-}
-
-func decode(t *testing.T, body string) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal([]byte(body), &m); err != nil {
-		t.Fatalf("body %q: %v", body, err)
-	}
-	return m
-}
 
 const newListing = `{"title":"New flat","categoryId":3,"location":{"cityId":6,"latitude":39.9},"firmId":99,"firmUserId":99,"id":99}`
 
@@ -173,128 +139,5 @@ func TestReplaceAndDelete(t *testing.T) {
 	}
 	if resp, _ := f.send(t, http.MethodDelete, "/realty/1", owner, ""); resp.StatusCode != 404 {
 		t.Fatalf("second DELETE: %d", resp.StatusCode)
-	}
-}
-
-func TestMethodNotAllowed(t *testing.T) {
-	f := newFixture(t)
-	tests := []struct {
-		method, path string
-		wantAllow    []string
-	}{
-		{method: "PATCH", path: "/realty/1", wantAllow: []string{"GET", "PUT", "DELETE"}},
-		{method: "POST", path: "/realty/1", wantAllow: []string{"GET", "PUT", "DELETE"}},
-		{method: "GET", path: "/realty", wantAllow: []string{"POST"}},
-		{method: "GET", path: "/auth/login", wantAllow: []string{"POST"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
-			resp, body := f.send(t, tt.method, tt.path, bearer(t, 1, 1), "")
-			if resp.StatusCode != http.StatusMethodNotAllowed {
-				t.Fatalf("status %d: %s", resp.StatusCode, body)
-			}
-			allow := resp.Header.Get("Allow")
-			for _, m := range tt.wantAllow {
-				if !strings.Contains(allow, m) {
-					t.Fatalf("Allow = %q, want %s in it", allow, m)
-				}
-			}
-		})
-	}
-}
-
-func TestCacheControlModes(t *testing.T) {
-	tests := []struct {
-		name        string
-		give        func(*Config)
-		path        string
-		wantCC      string
-		wantSKey    string
-		wantVaryAut bool
-	}{
-		{name: "default", path: "/realty/1", wantCC: "private, no-cache", wantVaryAut: true},
-		{name: "max-age", give: func(c *Config) { c.MaxAge = 30 * time.Second }, path: "/realty/1", wantCC: "private, max-age=30", wantVaryAut: true},
-		{name: "CDN, active", give: cdnMode, path: "/realty/1",
-			wantCC: "public, max-age=0, s-maxage=60, stale-while-revalidate=30, stale-if-error=3600", wantSKey: "realty-1 firm-1"},
-		{name: "CDN, passive", give: cdnMode, path: "/realty/2", wantCC: "private, no-cache", wantVaryAut: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := newFixtureWith(t, tt.give, NoPurge{})
-			resp, body := f.get(t, tt.path, bearer(t, 1, 1))
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d: %s", resp.StatusCode, body)
-			}
-			if got := resp.Header.Get("Cache-Control"); got != tt.wantCC {
-				t.Fatalf("Cache-Control = %q, want %q", got, tt.wantCC)
-			}
-			if got := resp.Header.Get("Surrogate-Key"); got != tt.wantSKey {
-				t.Fatalf("Surrogate-Key = %q, want %q", got, tt.wantSKey)
-			}
-			if tt.wantSKey != "" && resp.Header.Get("Cache-Tag") != strings.ReplaceAll(tt.wantSKey, " ", ",") {
-				t.Fatalf("Cache-Tag = %q", resp.Header.Get("Cache-Tag"))
-			}
-			if got := resp.Header.Get("Vary") == "Authorization"; got != tt.wantVaryAut {
-				t.Fatalf("Vary = %q", resp.Header.Get("Vary"))
-			}
-		})
-	}
-}
-
-func cdnMode(c *Config) {
-	c.CDN = CDN{Enabled: true, SMaxAge: time.Minute, StaleWhileRevalidate: 30 * time.Second, StaleIfError: time.Hour}
-}
-
-func TestCacheStatus(t *testing.T) {
-	f := newFixture(t)
-	auth := bearer(t, 1, 1)
-	first, _ := f.get(t, "/realty/1", auth)
-	second, _ := f.get(t, "/realty/1", auth)
-	if got := first.Header.Get("Cache-Status"); got != "realty-gateway; fwd=miss" {
-		t.Fatalf("first Cache-Status = %q", got)
-	}
-	if got := second.Header.Get("Cache-Status"); !strings.HasPrefix(got, "realty-gateway; hit; ttl=") {
-		t.Fatalf("second Cache-Status = %q", got)
-	}
-}
-
-type recordingPurger struct {
-	mu   sync.Mutex
-	keys []string // "hard realty-1" or "soft realty-1"
-}
-
-func (p *recordingPurger) PurgeThen(_ context.Context, hard bool, done func(bool), keys ...string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	kind := "soft"
-	if hard {
-		kind = "hard"
-	}
-	for _, k := range keys {
-		p.keys = append(p.keys, kind+" "+k)
-	}
-	done(true)
-}
-
-// TestWritesPurgeTheCDN: every write purges its listing's key; a write
-// that hides a listing (active to passive, delete) purges hard.
-func TestWritesPurgeTheCDN(t *testing.T) {
-	p := &recordingPurger{}
-	f := newFixtureWith(t, cdnMode, p)
-	auth := bearer(t, 1, 1)
-	_, body := f.get(t, "/realty/1", auth)
-	if resp, b := f.send(t, http.MethodPut, "/realty/1", auth, body); resp.StatusCode != 200 {
-		t.Fatalf("PUT: %d %s", resp.StatusCode, b)
-	}
-	passive := strings.Replace(body, `"isActive":true`, `"isActive":false`, 1)
-	if resp, b := f.send(t, http.MethodPut, "/realty/1", auth, passive); resp.StatusCode != 200 {
-		t.Fatalf("PUT passive: %d %s", resp.StatusCode, b)
-	}
-	if resp, _ := f.send(t, http.MethodDelete, "/realty/2", auth, ""); resp.StatusCode != 204 {
-		t.Fatalf("DELETE: %d", resp.StatusCode)
-	}
-	want := []string{"soft realty-1", "hard realty-1", "hard realty-2"}
-	if !slices.Equal(p.keys, want) {
-		t.Fatalf("purged %q, want %q", p.keys, want)
 	}
 }

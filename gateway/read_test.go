@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/realty-gateway/gateway/cache"
+)
+
+func TestConditionalGet(t *testing.T) {
+	f := newFixture(t)
+	auth := "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", goodClaims(time.Now()), testSecret)
+	resp, _ := f.get(t, "/realty/1", auth)
+	etag := resp.Header.Get("ETag")
+	if !strings.HasPrefix(etag, `"`) {
+		t.Fatalf("ETag %q is not a strong tag", etag)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/realty/1-1", nil)
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("If-None-Match", etag)
+	resp, body := f.do(t, req)
+	if resp.StatusCode != http.StatusNotModified || body != "" {
+		t.Fatalf("status %d body %q, want 304 with no body", resp.StatusCode, body)
+	}
+}
+
+func TestCacheStatus(t *testing.T) {
+	f := newFixture(t)
+	auth := bearer(t, 1, 1)
+	first, _ := f.get(t, "/realty/1", auth)
+	second, _ := f.get(t, "/realty/1", auth)
+	if got := first.Header.Get("Cache-Status"); got != "realty-gateway; fwd=miss" {
+		t.Fatalf("first Cache-Status = %q", got)
+	}
+	if got := second.Header.Get("Cache-Status"); !strings.HasPrefix(got, "realty-gateway; hit; ttl=") {
+		t.Fatalf("second Cache-Status = %q", got)
+	}
+}
+
+// TestQueryDoesNotSplitTheCacheKey: the query string is not part of the
+// cache key, so junk parameters can neither bypass the cache (a load on
+// the store per request) nor fill it with copies.
+func TestQueryDoesNotSplitTheCacheKey(t *testing.T) {
+	f := newFixture(t)
+	auth := bearer(t, 1, 1)
+	tests := []struct {
+		give      string
+		wantCache string
+	}{
+		{give: "/realty/1?a=1", wantCache: "MISS"},
+		{give: "/realty/1?b=2", wantCache: "HIT"},
+		{give: "/realty/1", wantCache: "HIT"},
+		{give: "/realty/1?", wantCache: "HIT"},
+		{give: "/realty/1?ref=2&ref=1-2", wantCache: "HIT"},
+	}
+	var first string
+	for _, tt := range tests {
+		resp, body := f.get(t, tt.give, auth)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", tt.give, resp.StatusCode, body)
+		}
+		if got := resp.Header.Get("X-Cache"); got != tt.wantCache {
+			t.Fatalf("%s: X-Cache %q, want %q", tt.give, got, tt.wantCache)
+		}
+		if first == "" {
+			first = body
+		} else if body != first {
+			t.Fatalf("%s: body differs from the first response:\n%s\n%s", tt.give, body, first)
+		}
+	}
+}
+
+// TestCacheControlModes: listings are private by default; in CDN mode
+// active ones are public and tagged for purges. A stale copy, served while
+// the store fails, is never sent as fresh: it carries its Age, and shared
+// caches get no freshness lifetime, only stale-if-error.
+func TestCacheControlModes(t *testing.T) {
+	tests := []struct {
+		name        string
+		give        func(*Config)
+		stale       bool // the store fails: a copy stored an hour ago is served
+		path        string
+		wantCC      string
+		wantSKey    string
+		wantVaryAut bool
+		wantAge     int // the Age must be above; 0: no Age
+	}{
+		{name: "default", path: "/realty/1", wantCC: "private, no-cache", wantVaryAut: true},
+		{name: "max-age", give: func(c *Config) { c.MaxAge = 30 * time.Second }, path: "/realty/1", wantCC: "private, max-age=30", wantVaryAut: true},
+		{name: "CDN, active", give: cdnMode, path: "/realty/1",
+			wantCC: "public, max-age=0, s-maxage=60, stale-while-revalidate=30, stale-if-error=3600", wantSKey: "realty-1 firm-1"},
+		{name: "CDN, passive", give: cdnMode, path: "/realty/2", wantCC: "private, no-cache", wantVaryAut: true},
+		{name: "stale, CDN mode", give: cdnMode, stale: true, path: "/realty/1",
+			wantCC: "public, max-age=0, s-maxage=0, stale-if-error=3600", wantSKey: "realty-1 firm-1", wantAge: 3500},
+		{name: "stale, private", stale: true, path: "/realty/1", wantCC: "private, no-cache", wantVaryAut: true, wantAge: 3500},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := fixtureOptions{change: tt.give}
+			if tt.stale {
+				o.listings = func(l Listings) Listings { return staleListings{l} }
+			}
+			f := newFixtureOf(t, o)
+			resp, body := f.get(t, tt.path, bearer(t, 1, 1))
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if got := resp.Header.Get("Cache-Control"); got != tt.wantCC {
+				t.Fatalf("Cache-Control = %q, want %q", got, tt.wantCC)
+			}
+			if got := resp.Header.Get("Surrogate-Key"); got != tt.wantSKey {
+				t.Fatalf("Surrogate-Key = %q, want %q", got, tt.wantSKey)
+			}
+			if tt.wantSKey != "" && resp.Header.Get("Cache-Tag") != strings.ReplaceAll(tt.wantSKey, " ", ",") {
+				t.Fatalf("Cache-Tag = %q", resp.Header.Get("Cache-Tag"))
+			}
+			if got := resp.Header.Get("Vary") == "Authorization"; got != tt.wantVaryAut {
+				t.Fatalf("Vary = %q", resp.Header.Get("Vary"))
+			}
+			age, err := strconv.Atoi(resp.Header.Get("Age"))
+			switch {
+			case tt.wantAge == 0 && resp.Header.Get("Age") != "":
+				t.Errorf("a fresh answer carries Age %q", resp.Header.Get("Age"))
+			case tt.wantAge > 0 && (err != nil || age <= tt.wantAge):
+				t.Errorf("Age %q, want above %d", resp.Header.Get("Age"), tt.wantAge)
+			}
+		})
+	}
+}
+
+// staleListings answers every view as a stale copy stored an hour ago, as
+// the cache does while the store fails.
+type staleListings struct{ Listings }
+
+func (staleListings) Cached(cache.Key, time.Time) (cache.Entry, bool) { return cache.Entry{}, false }
+
+func (s staleListings) Get(ctx context.Context, k cache.Key) (cache.Entry, error) {
+	e, err := s.Listings.Get(ctx, k)
+	e.State = cache.Stale
+	e.FreshUntil = time.Now().Add(-time.Hour + time.Minute).UnixMilli() // fresh for a minute, an hour ago
+	return e, err
+}
