@@ -22,26 +22,30 @@ import (
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/gateway"
+	"github.com/realty-gateway/gateway/internal/adminserver"
+	"github.com/realty-gateway/gateway/internal/config"
+	"github.com/realty-gateway/gateway/internal/demo"
+	"github.com/realty-gateway/gateway/internal/platform"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/revocation"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
 // serve runs the gateway until ctx ends, then drains it.
-func serve(ctx context.Context, cfg config, log *slog.Logger) error {
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	started := time.Now()
 	log.Info("starting gateway", "config", cfg)
-	setMemoryLimit(cfg.Cache.LocalBytes, log)
-	if err := ensureJWTSecret(&cfg, log); err != nil {
+	platform.SetMemoryLimit(cfg.Cache.LocalBytes, log)
+	if err := platform.EnsureJWTSecret(&cfg, log); err != nil {
 		return err
 	}
-	tp, err := openTracing(ctx, cfg.Tracing, log)
+	tp, err := platform.OpenTracing(ctx, cfg.Tracing, log)
 	if err != nil {
 		return err
 	}
 	var tracer trace.TracerProvider // nil: no spans, at no cost
 	if tp != nil {
-		defer shutdownTracing(tp, log)
+		defer platform.ShutdownTracing(tp, log)
 		tracer = tp
 	}
 	p, err := assemble(ctx, cfg, tracer, log)
@@ -65,11 +69,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	backgroundDone.Go(func() { p.revocations.Run(background) })
 	var draining atomic.Bool
-	ready := newReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
+	ready := adminserver.NewReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
 	m := newMetrics(p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, p.revocations, cfg.Cache.LocalBytes, ready)
+	// Observers: the store wrapper and the server report into the metrics.
+	p.guarded.Observe(m.StoreCall)
 	p.srv.Observe(m)
-	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, p.revocations, m)
-	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
+	adminSrv := adminserver.New(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, p.revocations, m)
+	return listen(ctx, cfg.Server, p.srv, adminSrv, &draining, log)
 }
 
 // parts are the gateway's components, wired together.
@@ -89,7 +95,7 @@ type parts struct {
 
 // assemble opens the store and Redis and builds the gateway on them, with
 // every part recording spans of tp's when tp is set.
-func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slog.Logger) (_ *parts, err error) {
+func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, log *slog.Logger) (_ *parts, err error) {
 	p := &parts{}
 	defer func() {
 		if err != nil {
@@ -100,18 +106,18 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 	if tp != nil {
 		queryTracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp))
 	}
-	store, embedded, err := openStore(ctx, cfg.Store, queryTracer)
+	store, embedded, err := platform.OpenStore(ctx, cfg.Store, queryTracer)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	p.store = store
 	if embedded {
-		if err := seedDemo(ctx, store, cfg.Server.DataDir, log); err != nil {
+		if err := demo.Seed(ctx, store, cfg.Server.DataDir, log); err != nil {
 			return nil, fmt.Errorf("seed: %w", err)
 		}
 	}
-	p.guarded = upstream.NewGuarded(store, cfg.Breaker, cfg.Store.limits(), log)
-	if p.rdb, err = openRedis(cfg.Redis); err != nil {
+	p.guarded = upstream.NewGuarded(store, cfg.Breaker, cfg.Store.Limits(), log)
+	if p.rdb, err = platform.OpenRedis(cfg.Redis); err != nil {
 		return nil, err
 	}
 	if p.rdb != nil && tp != nil {
@@ -144,7 +150,7 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, log *slo
 	if cfg.Feed.Enabled {
 		cacheOpts = append(cacheOpts, cache.WithFeed(changes))
 	}
-	p.listings = newCache(cfg, p.guarded, p.rdb, log, cacheOpts...)
+	p.listings = platform.NewCache(cfg, p.guarded, p.rdb, log, cacheOpts...)
 	var purger gateway.Purger = gateway.NoPurge{}
 	feedDeps := feed.Deps{Store: changes, Target: p.listings, Redis: p.rdb != nil, Keys: gateway.PurgeKeys,
 		Holder: holderName(), CacheLifetime: cfg.Cache.Fresh + cfg.Cache.Stale, Log: log}
@@ -196,7 +202,7 @@ func (p *parts) close() {
 // fails. On ctx's end readiness turns false, the public listener keeps
 // serving for ShutdownDelay (the load balancer's probe interval), then
 // in-flight requests are drained for up to ShutdownTimeout.
-func listen(ctx context.Context, cfg serverConfig, srv *gateway.Server, admin *http.Server, draining *atomic.Bool, log *slog.Logger) error {
+func listen(ctx context.Context, cfg config.Server, srv *gateway.Server, admin *http.Server, draining *atomic.Bool, log *slog.Logger) error {
 	app := srv.App()
 	errc := make(chan error, 2)
 	go func() { errc <- app.Listen(cfg.Addr) }()
