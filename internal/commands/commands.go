@@ -41,6 +41,13 @@ func parseFlags(fs *flag.FlagSet, args []string, use string) error {
 	return nil
 }
 
+// userFlags declares the --firm N and --email E of a command on a firm's
+// users.
+func userFlags(name, firmUsage, emailUsage string) (fs *flag.FlagSet, firmID *int64, email *string) {
+	fs = flag.NewFlagSet(name, flag.ContinueOnError)
+	return fs, fs.Int64("firm", 0, firmUsage), fs.String("email", "", emailUsage)
+}
+
 // printJSON writes the one JSON line an admin command answers with.
 func printJSON(w io.Writer, v any) error {
 	return json.NewEncoder(w).Encode(v)

@@ -17,9 +17,8 @@ import (
 
 // TokenRevoke revokes the tokens of a firm, or of one of its users.
 func TokenRevoke(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("token revoke", flag.ContinueOnError)
-	firmID := fs.Int64("firm", 0, "firm id: without --email, every token of the firm's users")
-	email := fs.String("email", "", "e-mail of the one user whose tokens are revoked")
+	fs, firmID, email := userFlags("token revoke", "firm id: without --email, every token of the firm's users",
+		"e-mail of the one user whose tokens are revoked")
 	const use = "usage: gateway token revoke --firm N [--email E]"
 	if err := parseFlags(fs, args, use); err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,9 +16,7 @@ import (
 
 // UserAdd adds a user to a firm, with a password or passwordless.
 func UserAdd(ctx context.Context, cfg config.Config, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := flag.NewFlagSet("user add", flag.ContinueOnError)
-	firmID := fs.Int64("firm", 0, "firm id")
-	email := fs.String("email", "", "e-mail")
+	fs, firmID, email := userFlags("user add", "firm id", "e-mail")
 	password := fs.String("password", "", "password (visible in ps and the shell's history: prefer --password-stdin); none makes a passwordless account")
 	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of standard input")
 	const use = "usage: gateway user add --firm N --email E [--password P | --password-stdin]"
@@ -60,9 +57,7 @@ func UserAdd(ctx context.Context, cfg config.Config, args []string, stdin io.Rea
 // answers it as it answers a wrong password. Every token issued to it
 // until then is revoked.
 func UserDisable(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("user disable", flag.ContinueOnError)
-	firmID := fs.Int64("firm", 0, "firm id")
-	email := fs.String("email", "", "e-mail of the user to disable")
+	fs, firmID, email := userFlags("user disable", "firm id", "e-mail of the user to disable")
 	const use = "usage: gateway user disable --firm N --email E"
 	if err := parseFlags(fs, args, use); err != nil {
 		return err
@@ -92,9 +87,7 @@ func UserDisable(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 // UserEnable enables a firm's disabled user: it logs in again. Tokens
 // revoked when it was disabled stay revoked.
 func UserEnable(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("user enable", flag.ContinueOnError)
-	firmID := fs.Int64("firm", 0, "firm id")
-	email := fs.String("email", "", "e-mail of the user to enable")
+	fs, firmID, email := userFlags("user enable", "firm id", "e-mail of the user to enable")
 	const use = "usage: gateway user enable --firm N --email E"
 	if err := parseFlags(fs, args, use); err != nil {
 		return err
