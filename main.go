@@ -1,7 +1,7 @@
 // Command gateway is the caching edge gateway of the listing API. main only
 // wires the parts: config, logger, store, breaker, cache, gateway. Its
-// subcommands administer firms, users and listings with the same
-// configuration.
+// subcommands (internal/commands) administer firms, users and listings
+// with the same configuration.
 package main
 
 import (
@@ -13,13 +13,16 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/realty-gateway/gateway/internal/adminserver"
+	"github.com/realty-gateway/gateway/internal/commands"
+	"github.com/realty-gateway/gateway/internal/config"
 	"github.com/realty-gateway/gateway/internal/logctx"
+	"github.com/realty-gateway/gateway/internal/platform"
 )
 
 func main() {
@@ -32,15 +35,10 @@ func main() {
 	os.Exit(exitCode(err))
 }
 
-// usageError is a command line the gateway does not understand.
-type usageError string
-
-func (u usageError) Error() string { return string(u) }
-
 // exitCode is 0 for success and for -h, 2 for a usage error, 1 for any
 // other failure.
 func exitCode(err error) int {
-	var usage usageError
+	var usage commands.UsageError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
@@ -49,20 +47,6 @@ func exitCode(err error) int {
 	default:
 		return 1
 	}
-}
-
-// parseFlags parses a subcommand's flags; a bad flag is a usage error.
-func parseFlags(fs *flag.FlagSet, args []string, use string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError(use)
-	}
-	if fs.NArg() > 0 {
-		return usageError(use)
-	}
-	return nil
 }
 
 const usage = `usage:
@@ -82,67 +66,48 @@ const usage = `usage:
 
 func run(ctx context.Context, args []string, environ map[string]string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		return writeHelp(stdout)
+		return config.WriteHelp(stdout, usage)
 	}
 	if len(args) == 1 && args[0] == "version" {
-		return printVersion(stdout)
+		return commands.Version(stdout)
 	}
-	cfg, err := loadConfig(environ)
+	cfg, err := config.Load(environ)
 	if err != nil {
 		return err
 	}
 	log := newLogger(stderr, cfg.Server.LogLevel)
-	redis.SetLogger(redisLog{log}) // the client's own lines, through the JSON log
+	redis.SetLogger(platform.RedisLog{Log: log}) // the client's own lines, through the JSON log
 	if len(args) == 0 || len(args) == 1 && args[0] == "serve" {
 		return serve(ctx, cfg, log)
 	}
 	if len(args) == 1 && args[0] == "healthcheck" {
-		return healthcheck(ctx, cfg.Server.AdminAddr)
+		return adminserver.Healthcheck(ctx, cfg.Server.AdminAddr)
 	}
 	if len(args) < 2 {
-		return usageError(usage)
+		return commands.UsageError(usage)
 	}
 	switch args[0] + " " + args[1] {
 	case "firm add":
-		return addFirm(ctx, cfg, args[2:], stdout)
+		return commands.FirmAdd(ctx, cfg, args[2:], stdout)
 	case "firm rotate-key":
-		return rotateFirmKey(ctx, cfg, log, args[2:], stdout)
+		return commands.FirmRotateKey(ctx, cfg, log, args[2:], stdout)
 	case "user add":
-		return addUser(ctx, cfg, args[2:], stdin, stdout)
+		return commands.UserAdd(ctx, cfg, args[2:], stdin, stdout)
 	case "user disable":
-		return disableUser(ctx, cfg, log, args[2:], stdout)
+		return commands.UserDisable(ctx, cfg, log, args[2:], stdout)
 	case "user enable":
-		return enableUser(ctx, cfg, args[2:], stdout)
+		return commands.UserEnable(ctx, cfg, args[2:], stdout)
 	case "token revoke":
-		return revokeCommand(ctx, cfg, log, args[2:], stdout)
+		return commands.TokenRevoke(ctx, cfg, log, args[2:], stdout)
 	case "listing import":
-		return importListings(ctx, cfg, log, args[2:], stdin, stdout)
+		return commands.ListingImport(ctx, cfg, log, args[2:], stdin, stdout)
 	case "cdn purge":
-		return purgeCDN(ctx, cfg, log, args[2:], stdout)
+		return commands.CDNPurge(ctx, cfg, log, args[2:], stdout)
 	case "cache purge":
-		return purgeCache(ctx, cfg, log, args[2:], stdout)
+		return commands.CachePurge(ctx, cfg, log, args[2:], stdout)
 	default:
-		return usageError(usage)
+		return commands.UsageError(usage)
 	}
-}
-
-// printVersion prints the module version and the VCS revision it was
-// built from.
-func printVersion(w io.Writer) error {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return errors.New("no build information in the binary")
-	}
-	v := map[string]string{"version": bi.Main.Version, "go": bi.GoVersion}
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			v["revision"] = s.Value
-		case "vcs.modified":
-			v["modified"] = s.Value
-		}
-	}
-	return printJSON(w, v)
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

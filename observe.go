@@ -10,6 +10,7 @@ import (
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/feed"
+	"github.com/realty-gateway/gateway/internal/adminserver"
 	"github.com/realty-gateway/gateway/metrics"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/revocation"
@@ -23,9 +24,9 @@ import (
 // (GATEWAY_LOCAL_CACHE_BYTES); ready is asked at each scrape, as /readyz
 // asks it.
 func newMetrics(m *metrics.Metrics, listings *cache.Cache, guarded *upstream.Guarded, limiter *ratelimit.Limiter, purger *cdn.Purger, rdb redis.UniversalClient,
-	changes *feed.Consumer, revocations *revocation.Keeper, localBudget int64, ready readiness) {
+	changes *feed.Consumer, revocations *revocation.Keeper, localBudget int64, ready adminserver.Readiness) {
 	m.GaugeFunc("gateway_ready", "1 while /readyz would answer 204, else 0 (draining, warming up, or store and cache both failing).", nil,
-		func() float64 { return boolGauge(ready.check(context.Background()) == "") })
+		func() float64 { return boolGauge(ready.Check(context.Background()) == "") })
 	m.GaugeFunc("gateway_cache_local_budget_bytes", "Bytes of listings the in-process tier may hold (GATEWAY_LOCAL_CACHE_BYTES).", nil,
 		func() float64 { return float64(localBudget) })
 	type line struct {

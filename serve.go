@@ -22,6 +22,10 @@ import (
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/feed"
 	"github.com/realty-gateway/gateway/gateway"
+	"github.com/realty-gateway/gateway/internal/adminserver"
+	"github.com/realty-gateway/gateway/internal/config"
+	"github.com/realty-gateway/gateway/internal/demo"
+	"github.com/realty-gateway/gateway/internal/platform"
 	"github.com/realty-gateway/gateway/metrics"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/revocation"
@@ -29,20 +33,20 @@ import (
 )
 
 // serve runs the gateway until ctx ends, then drains it.
-func serve(ctx context.Context, cfg config, log *slog.Logger) error {
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	started := time.Now()
 	log.Info("starting gateway", "config", cfg)
-	setMemoryLimit(cfg.Cache.LocalBytes, log)
-	if err := ensureJWTSecret(&cfg, log); err != nil {
+	platform.SetMemoryLimit(cfg.Cache.LocalBytes, log)
+	if err := platform.EnsureJWTSecret(&cfg, log); err != nil {
 		return err
 	}
-	tp, err := openTracing(ctx, cfg.Tracing, log)
+	tp, err := platform.OpenTracing(ctx, cfg.Tracing, log)
 	if err != nil {
 		return err
 	}
 	var tracer trace.TracerProvider // nil: no spans, at no cost
 	if tp != nil {
-		defer shutdownTracing(tp, log)
+		defer platform.ShutdownTracing(tp, log)
 		tracer = tp
 	}
 	m := metrics.New()
@@ -67,11 +71,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	backgroundDone.Go(func() { p.revocations.Run(background) })
 	var draining atomic.Bool
-	ready := newReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
+	ready := adminserver.NewReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
 	newMetrics(m, p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, p.revocations, cfg.Cache.LocalBytes, ready)
 	p.srv.Observe(m)
-	admin := newAdmin(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, p.revocations, m)
-	return listen(ctx, cfg.Server, p.srv, admin, &draining, log)
+	adminSrv := adminserver.New(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, p.revocations, m)
+	return listen(ctx, cfg.Server, p.srv, adminSrv, &draining, log)
 }
 
 // parts are the gateway's components, wired together.
@@ -92,7 +96,7 @@ type parts struct {
 // assemble opens the store and Redis and builds the gateway on them, with
 // every part recording spans of tp's when tp is set, and every store call
 // told to observe when it is set.
-func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, observe func(op, outcome string, d time.Duration), log *slog.Logger) (_ *parts, err error) {
+func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, observe func(op, outcome string, d time.Duration), log *slog.Logger) (_ *parts, err error) {
 	p := &parts{}
 	defer func() {
 		if err != nil {
@@ -103,21 +107,21 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, observe 
 	if tp != nil {
 		queryTracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp))
 	}
-	store, embedded, err := openStore(ctx, cfg.Store, queryTracer)
+	store, embedded, err := platform.OpenStore(ctx, cfg.Store, queryTracer)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	p.store = store
 	if embedded {
-		if err := seedDemo(ctx, store, cfg.Server.DataDir, log); err != nil {
+		if err := demo.Seed(ctx, store, cfg.Server.DataDir, log); err != nil {
 			return nil, fmt.Errorf("seed: %w", err)
 		}
 	}
-	if p.guarded, err = upstream.NewGuarded(store, cfg.Breaker, cfg.Store.limits(),
+	if p.guarded, err = upstream.NewGuarded(store, cfg.Breaker, cfg.Store.Limits(),
 		upstream.GuardedDeps{Log: log, Observe: observe, Tracer: tp}); err != nil {
 		return nil, err
 	}
-	if p.rdb, err = openRedis(cfg.Redis); err != nil {
+	if p.rdb, err = platform.OpenRedis(cfg.Redis); err != nil {
 		return nil, err
 	}
 	if p.rdb != nil && tp != nil {
@@ -150,14 +154,14 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, observe 
 	if cfg.Feed.Enabled {
 		cacheOpts = append(cacheOpts, cache.WithFeed(changes))
 	}
-	if p.listings, err = newCache(cfg, p.rdb, cfg.cacheDeps(p.guarded, tp, log), cacheOpts...); err != nil {
+	if p.listings, err = platform.NewCache(cfg, p.rdb, cfg.CacheDeps(p.guarded, tp, log), cacheOpts...); err != nil {
 		return nil, err
 	}
 	var purger gateway.Purger = gateway.NoPurge{}
 	feedDeps := feed.Deps{Store: changes, Target: p.listings, Redis: p.rdb != nil, Keys: gateway.PurgeKeys,
 		Holder: holderName(), CacheLifetime: cfg.Cache.Fresh + cfg.Cache.Stale, Log: log}
 	if cfg.Purge.URL != "" {
-		if p.cdnPurger, err = cdn.NewPurger(cfg.Purge, cfg.purgerDeps(log)); err != nil {
+		if p.cdnPurger, err = cdn.NewPurger(cfg.Purge, cfg.PurgerDeps(log)); err != nil {
 			return nil, err
 		}
 		purger, feedDeps.Purger = p.cdnPurger, p.cdnPurger
@@ -169,7 +173,7 @@ func assemble(ctx context.Context, cfg config, tp trace.TracerProvider, observe 
 		return nil, err
 	}
 	revoked := revocation.NewSet()
-	if p.revocations, err = revocation.NewKeeper(cfg.Revocation, cfg.keeperDeps(revoked, p.guarded, p.rdb, log)); err != nil {
+	if p.revocations, err = revocation.NewKeeper(cfg.Revocation, cfg.KeeperDeps(revoked, p.guarded, p.rdb, log)); err != nil {
 		return nil, err
 	}
 	if err := p.revocations.Load(ctx); err != nil {
@@ -206,7 +210,7 @@ func (p *parts) close() {
 // fails. On ctx's end readiness turns false, the public listener keeps
 // serving for ShutdownDelay (the load balancer's probe interval), then
 // in-flight requests are drained for up to ShutdownTimeout.
-func listen(ctx context.Context, cfg serverConfig, srv *gateway.Server, admin *http.Server, draining *atomic.Bool, log *slog.Logger) error {
+func listen(ctx context.Context, cfg config.Server, srv *gateway.Server, admin *http.Server, draining *atomic.Bool, log *slog.Logger) error {
 	app := srv.App()
 	errc := make(chan error, 2)
 	go func() { errc <- app.Listen(cfg.Addr) }()

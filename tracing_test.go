@@ -18,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/realty-gateway/gateway/gateway"
+	"github.com/realty-gateway/gateway/internal/config"
+	"github.com/realty-gateway/gateway/internal/demo"
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -88,7 +90,7 @@ func TestTraceSpanTrees(t *testing.T) {
 		}
 		rdb.Close()
 	})
-	cfg, err := loadConfig(map[string]string{
+	cfg, err := config.Load(map[string]string{
 		"GATEWAY_STORE_URL":    testenv.PostgresURL(t),
 		"GATEWAY_REDIS_URL":    "redis://" + testenv.RedisAddr(t) + "/0",
 		"GATEWAY_REDIS_PREFIX": prefix,
@@ -119,7 +121,7 @@ func TestTraceSpanTrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, err := p.store.ImportListings(ctx, demoListings(firm.ID, user.ID)[:1])
+	stored, err := p.store.ImportListings(ctx, demo.Listings(firm.ID, user.ID)[:1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,65 +225,5 @@ func TestTraceSpanTrees(t *testing.T) {
 				t.Errorf("the access line does not name the trace:\n%s", logs.String())
 			}
 		})
-	}
-}
-
-func TestTracingSettings(t *testing.T) {
-	tests := []struct {
-		name    string
-		give    tracingConfig
-		environ map[string]string
-		wantOn  bool
-		wantErr string
-	}{
-		{name: "off by default"},
-		{name: "our endpoint", give: tracingConfig{OTLPEndpoint: "http://collector:4318"}, wantOn: true},
-		{name: "the standard endpoint", environ: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, wantOn: true},
-		{name: "the standard traces endpoint", environ: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, wantOn: true},
-		{name: "SDK disabled", give: tracingConfig{OTLPEndpoint: "http://collector:4318"}, environ: map[string]string{"OTEL_SDK_DISABLED": "TRUE"}},
-		{name: "not http", give: tracingConfig{OTLPEndpoint: "collector:4318"}, wantOn: true, wantErr: "http:// or https://"},
-		{name: "credentials in the URL", give: tracingConfig{OTLPEndpoint: "https://user:pw@collector:4318"}, wantOn: true, wantErr: "OTEL_EXPORTER_OTLP_HEADERS"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tt.give.fromEnviron(tt.environ)
-			if got := tt.give.on(); got != tt.wantOn {
-				t.Errorf("on() = %v, want %v", got, tt.wantOn)
-			}
-			err := tt.give.validate()
-			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-				t.Errorf("validate() = %v, want %q", err, tt.wantErr)
-			}
-			if err != nil && strings.Contains(err.Error(), "pw@") {
-				t.Errorf("the error repeats the credentials: %v", err)
-			}
-		})
-	}
-}
-
-func TestMaskURLCredentials(t *testing.T) {
-	tests := []struct{ give, want string }{
-		{give: `failed to send to https://user:s3cret@collector:4318/v1/traces: 401`, want: `failed to send to https://***@collector:4318/v1/traces: 401`},
-		{give: `Post "http://tok@c/v1/traces": dial tcp`, want: `Post "http://***@c/v1/traces": dial tcp`},
-		{give: `no URL here, a@b`, want: `no URL here, a@b`},
-	}
-	for _, tt := range tests {
-		if got := maskURLCredentials(tt.give); got != tt.want {
-			t.Errorf("maskURLCredentials(%q) = %q, want %q", tt.give, got, tt.want)
-		}
-	}
-}
-
-func TestTracesURL(t *testing.T) {
-	tests := []struct{ give, want string }{
-		{give: "http://collector:4318", want: "http://collector:4318/v1/traces"},
-		{give: "http://collector:4318/", want: "http://collector:4318/v1/traces"},
-		{give: "https://otel.example/otlp", want: "https://otel.example/otlp/v1/traces"},
-		{give: "http://collector:4318/v1/traces", want: "http://collector:4318/v1/traces"},
-	}
-	for _, tt := range tests {
-		if got := tracesURL(tt.give); got != tt.want {
-			t.Errorf("tracesURL(%q) = %q, want %q", tt.give, got, tt.want)
-		}
 	}
 }

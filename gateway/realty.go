@@ -127,13 +127,17 @@ func cacheControls(cfg Config) (private, public, stale string) {
 // surrogateKeys tag a listing response for CDN purges: by listing, and by
 // firm for purging a whole firm at once. Writes purge the listing's key.
 func surrogateKeys(id, firmID int64) []string {
-	return []string{listingKey(id), "firm-" + strconv.FormatInt(firmID, 10)}
+	return []string{ListingKey(id), FirmKey(firmID)}
 }
 
-func listingKey(id int64) string { return "realty-" + strconv.FormatInt(id, 10) }
+// ListingKey is the surrogate key of one listing's responses.
+func ListingKey(id int64) string { return "realty-" + strconv.FormatInt(id, 10) }
+
+// FirmKey is the surrogate key of every listing response of a firm.
+func FirmKey(firmID int64) string { return "firm-" + strconv.FormatInt(firmID, 10) }
 
 // PurgeKeys are the surrogate keys that a write of listing id purges.
-func PurgeKeys(id int64) []string { return []string{listingKey(id)} }
+func PurgeKeys(id int64) []string { return []string{ListingKey(id)} }
 
 // appendCacheStatus appends the RFC 9211 Cache-Status of a listing
 // response.

@@ -1,4 +1,4 @@
-package main
+package commands
 
 import (
 	"context"
@@ -11,28 +11,29 @@ import (
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/gateway"
+	"github.com/realty-gateway/gateway/internal/config"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// purgeCache removes both Redis keys of one listing and has every gateway
+// CachePurge removes both Redis keys of one listing and has every gateway
 // sharing the Redis drop its local copies, so that the next read of
 // either form loads the listing from the store.
-func purgeCache(ctx context.Context, cfg config, log *slog.Logger, args []string, stdout io.Writer) error {
+func CachePurge(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout io.Writer) error {
 	const use = "usage: gateway cache purge ID|FIRM-NO"
 	fs := flag.NewFlagSet("cache purge", flag.ContinueOnError)
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if err := parseFlags(fs, args, use); err != nil {
 			return err // -h, or a flag: this command has none
 		}
-		return usageError(use)
+		return UsageError(use)
 	}
 	if len(args) != 1 {
-		return usageError(use)
+		return UsageError(use)
 	}
 	ref := args[0]
 	key, ok := gateway.ParseRef(ref)
 	if !ok {
-		return usageError(fmt.Sprintf("listing %q: want ID or FIRM-NO\n%s", ref, use))
+		return UsageError(fmt.Sprintf("listing %q: want ID or FIRM-NO\n%s", ref, use))
 	}
 	if cfg.Redis.URL == "" {
 		return errors.New("no Redis configured (GATEWAY_REDIS_URL): each gateway's in-process cache is its own")

@@ -1,4 +1,4 @@
-package main
+package platform
 
 import (
 	"crypto/rand"
@@ -10,13 +10,14 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/realty-gateway/gateway/internal/config"
 	"github.com/realty-gateway/gateway/internal/settings"
 )
 
-// ensureJWTSecret gives cfg a JWT secret when it has neither keys nor a
+// EnsureJWTSecret gives cfg a JWT secret when it has neither keys nor a
 // secret: one generated once and kept in the data directory, so that
 // tokens survive a restart.
-func ensureJWTSecret(cfg *config, log *slog.Logger) error {
+func EnsureJWTSecret(cfg *config.Config, log *slog.Logger) error {
 	jwt := &cfg.HTTP.JWT
 	if jwt.Keys != "" || jwt.Secret != "" {
 		return nil

@@ -1,4 +1,9 @@
-package main
+// Package config owns the gateway's whole configuration: the Config type
+// composed of the components' own parts, its defaults, loading it from
+// configs/gateway.yaml and GATEWAY_* variables, its checks, and the help
+// text that lists every setting. A Config is a value: it is loaded once
+// and passed down by copy, so it needs no locking.
+package config
 
 import (
 	"bytes"
@@ -8,7 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/redis/go-redis/v9"
@@ -25,36 +29,37 @@ import (
 )
 
 const (
-	defaultConfigFile = "configs/gateway.yaml"
-	envPrefix         = "GATEWAY_"
+	defaultFile = "configs/gateway.yaml"
+	// EnvPrefix starts the name of every variable the gateway reads.
+	EnvPrefix = "GATEWAY_"
 )
 
-// config is the whole configuration: configs/gateway.yaml (or the file
+// Config is the whole configuration: configs/gateway.yaml (or the file
 // GATEWAY_CONFIG names), then GATEWAY_* environment variables over it. It
 // is parsed once in main and passed down as values. Each part is defined,
 // with its defaults and checks, next to the code that uses it.
-type config struct {
-	Server  serverConfig   `yaml:"server"`
-	Store   storeConfig    `yaml:"store"`
+type Config struct {
+	Server  Server         `yaml:"server"`
+	Store   Store          `yaml:"store"`
 	Breaker breaker.Config `yaml:"breaker" envPrefix:"BREAKER_"`
-	Redis   redisConfig    `yaml:"redis" envPrefix:"REDIS_"`
+	Redis   Redis          `yaml:"redis" envPrefix:"REDIS_"`
 	Cache   cache.Config   `yaml:"cache"`
 	HTTP    gateway.Config `yaml:"http"`
 	Purge   cdn.Config     `yaml:"purge" envPrefix:"CDN_"`
 	Feed    feed.Config    `yaml:"feed"`
 	// Revocation is the token revocations' part.
 	Revocation revocation.Config `yaml:"revocation"`
-	Tracing    tracingConfig     `yaml:"tracing"`
+	Tracing    Tracing           `yaml:"tracing"`
 }
 
-// defaults are the values used when neither the file nor the environment
+// Defaults are the values used when neither the file nor the environment
 // sets one; configs/gateway.yaml repeats them for reference.
-func defaults() config {
-	cfg := config{
-		Server:  defaultServerConfig(),
-		Store:   defaultStoreConfig(),
+func Defaults() Config {
+	cfg := Config{
+		Server:  defaultServer(),
+		Store:   defaultStore(),
 		Breaker: breaker.DefaultConfig(),
-		Redis:   defaultRedisConfig(),
+		Redis:   defaultRedis(),
 		Cache:   cache.DefaultConfig(),
 		HTTP:    gateway.DefaultConfig(),
 		Purge:   cdn.DefaultConfig(),
@@ -65,12 +70,12 @@ func defaults() config {
 	return cfg
 }
 
-// loadConfig reads the file, then the environment, then checks the result.
-func loadConfig(environ map[string]string) (config, error) {
-	cfg := defaults()
+// Load reads the file, then the environment, then checks the result.
+func Load(environ map[string]string) (Config, error) {
+	cfg := Defaults()
 	path := environ["GATEWAY_CONFIG"]
 	if path == "" {
-		path = defaultConfigFile
+		path = defaultFile
 	}
 	b, err := os.ReadFile(path)
 	switch {
@@ -88,7 +93,7 @@ func loadConfig(environ map[string]string) (config, error) {
 	if _, set := environ["GATEWAY_LOCAL_CACHE_SIZE"]; set {
 		return cfg, errors.New("GATEWAY_LOCAL_CACHE_SIZE was removed: the local tier is bounded by bytes, GATEWAY_LOCAL_CACHE_BYTES")
 	}
-	if err := env.ParseWithOptions(&cfg, env.Options{Prefix: envPrefix, Environment: environ}); err != nil {
+	if err := env.ParseWithOptions(&cfg, env.Options{Prefix: EnvPrefix, Environment: environ}); err != nil {
 		return cfg, fmt.Errorf("config environment: %s: %w", strings.Join(unparsable(environ), ", "), err)
 	}
 	cfg.Tracing.fromEnviron(environ)
@@ -99,40 +104,40 @@ func loadConfig(environ map[string]string) (config, error) {
 // own: the library's errors name Go fields, an operator sets variables.
 func unparsable(environ map[string]string) []string {
 	var bad []string
-	for _, s := range settings.Walk(config{}, envPrefix) {
+	for _, s := range settings.Walk(Config{}, EnvPrefix) {
 		value, given := environ[s.Env]
 		if !given {
 			continue
 		}
-		var probe config
-		if env.ParseWithOptions(&probe, env.Options{Prefix: envPrefix, Environment: map[string]string{s.Env: value}}) != nil {
+		var probe Config
+		if env.ParseWithOptions(&probe, env.Options{Prefix: EnvPrefix, Environment: map[string]string{s.Env: value}}) != nil {
 			bad = append(bad, s.Env)
 		}
 	}
 	return bad
 }
 
-// cacheDeps are what the listing cache over src takes from the store's
+// CacheDeps are what the listing cache over src takes from the store's
 // and Redis's settings.
-func (c config) cacheDeps(src cache.Source, tp trace.TracerProvider, log *slog.Logger) cache.Deps {
+func (c Config) CacheDeps(src cache.Source, tp trace.TracerProvider, log *slog.Logger) cache.Deps {
 	return cache.Deps{Source: src, Log: log, Tracer: tp, Prefix: c.Redis.Prefix, LoadTimeout: c.Store.Timeout + 3*c.Redis.Timeout}
 }
 
-// purgerDeps are what the CDN purger takes from the other parts' settings:
+// PurgerDeps are what the CDN purger takes from the other parts' settings:
 // a purge is retried until the copy it targets has expired.
-func (c config) purgerDeps(log *slog.Logger) cdn.Deps {
+func (c Config) PurgerDeps(log *slog.Logger) cdn.Deps {
 	return cdn.Deps{GiveUpAfter: c.HTTP.CDN.SMaxAge + c.HTTP.CDN.StaleWhileRevalidate + c.HTTP.CDN.StaleIfError,
 		StoreTimeout: c.Store.Timeout, Log: log}
 }
 
-// keeperDeps are what the revocations' keeper takes from the other parts'
+// KeeperDeps are what the revocations' keeper takes from the other parts'
 // settings: a revocation lasts as long as the longest token.
-func (c config) keeperDeps(set *revocation.Set, src revocation.Source, rdb redis.UniversalClient, log *slog.Logger) revocation.Deps {
+func (c Config) KeeperDeps(set *revocation.Set, src revocation.Source, rdb redis.UniversalClient, log *slog.Logger) revocation.Deps {
 	return revocation.Deps{Set: set, Source: src, Redis: rdb, Prefix: c.Redis.Prefix, Horizon: c.HTTP.JWT.TokenTTL + c.HTTP.JWT.Leeway,
 		StoreTimeout: c.Store.Timeout, RedisTimeout: c.Redis.Timeout, Log: log}
 }
 
-func (c config) validate() error {
+func (c Config) validate() error {
 	var errs []error
 	if c.Redis.URL == "" && c.Cache.LocalBytes == 0 {
 		errs = append(errs, errors.New("cache.localBytes must be positive without Redis: it is the only cache"))
@@ -142,29 +147,4 @@ func (c config) validate() error {
 }
 
 // LogValue lists every setting by its YAML path, with secrets masked.
-func (c config) LogValue() slog.Value { return settings.LogValue(c) }
-
-// serverConfig is the process's own part: listeners, data, log, shutdown.
-type serverConfig struct {
-	Addr            string        `yaml:"addr" env:"ADDR" help:"public listener"`
-	AdminAddr       string        `yaml:"adminAddr" env:"ADMIN_ADDR" help:"liveness, readiness, metrics and stats listener; keep it private"`
-	DataDir         string        `yaml:"dataDir" env:"DATA_DIR" help:"where a generated JWT secret is kept"`
-	LogLevel        string        `yaml:"logLevel" env:"LOG_LEVEL" help:"debug, info, warn or error (anything else: info)"`
-	ShutdownDelay   time.Duration `yaml:"shutdownDelay" env:"SHUTDOWN_DELAY" help:"readiness is false this long before draining"`
-	ShutdownTimeout time.Duration `yaml:"shutdownTimeout" env:"SHUTDOWN_TIMEOUT" help:"drain limit for in-flight requests"`
-}
-
-func defaultServerConfig() serverConfig {
-	return serverConfig{Addr: ":8080", AdminAddr: "127.0.0.1:9090", DataDir: "data", LogLevel: "info", ShutdownTimeout: 15 * time.Second}
-}
-
-func (c serverConfig) validate() error {
-	var errs []error
-	if c.ShutdownTimeout <= 0 {
-		errs = append(errs, errors.New("server.shutdownTimeout must be positive"))
-	}
-	if c.ShutdownDelay < 0 {
-		errs = append(errs, errors.New("server.shutdownDelay must not be negative"))
-	}
-	return errors.Join(errs...)
-}
+func (c Config) LogValue() slog.Value { return settings.LogValue(c) }

@@ -1,4 +1,4 @@
-package main
+package platform
 
 import (
 	"context"
@@ -17,51 +17,16 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/realty-gateway/gateway/internal/settings"
+	"github.com/realty-gateway/gateway/internal/config"
 )
 
-// tracingConfig turns OpenTelemetry tracing on. Everything else about it
-// is set with the standard OTEL_* variables, which the SDK reads itself:
-// OTEL_TRACES_SAMPLER(_ARG), OTEL_BSP_*, OTEL_SERVICE_NAME,
-// OTEL_RESOURCE_ATTRIBUTES, OTEL_EXPORTER_OTLP_(TRACES_)HEADERS and the rest.
-type tracingConfig struct {
-	OTLPEndpoint settings.DSN `yaml:"otlpEndpoint" env:"OTLP_ENDPOINT" help:"OTLP/HTTP collector, such as http://collector:4318; empty: tracing is on only if OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set"`
-
-	// standard says whether a standard OTEL_EXPORTER_OTLP_* endpoint is
-	// set; disabled, whether OTEL_SDK_DISABLED=true. loadConfig sets both.
-	standard, disabled bool
-}
-
-// on reports whether spans are recorded and exported.
-func (c tracingConfig) on() bool { return !c.disabled && (c.OTLPEndpoint != "" || c.standard) }
-
-func (c tracingConfig) validate() error {
-	if c.OTLPEndpoint == "" {
-		return nil
-	}
-	u, err := url.Parse(string(c.OTLPEndpoint))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("tracing.otlpEndpoint must be an http:// or https:// URL")
-	}
-	if u.User != nil {
-		return fmt.Errorf("tracing.otlpEndpoint must not carry credentials: put them in OTEL_EXPORTER_OTLP_HEADERS")
-	}
-	return nil
-}
-
-// fromEnviron reads the standard variables that decide whether tracing is on.
-func (c *tracingConfig) fromEnviron(environ map[string]string) {
-	c.standard = environ["OTEL_EXPORTER_OTLP_ENDPOINT"] != "" || environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != ""
-	c.disabled = strings.EqualFold(environ["OTEL_SDK_DISABLED"], "true")
-}
-
-// openTracing returns the tracer provider exporting over OTLP/HTTP in
+// OpenTracing returns the tracer provider exporting over OTLP/HTTP in
 // batches, or nil when tracing is off. Its Shutdown flushes the last spans.
 // The OpenTelemetry SDK reports export failures and its own diagnostics
-// through process-wide hooks; openTracing points both at log, with any
+// through process-wide hooks; OpenTracing points both at log, with any
 // credentials in a URL masked, instead of the SDK's plain-text default.
-func openTracing(ctx context.Context, cfg tracingConfig, log *slog.Logger) (*sdktrace.TracerProvider, error) {
-	if !cfg.on() {
+func OpenTracing(ctx context.Context, cfg config.Tracing, log *slog.Logger) (*sdktrace.TracerProvider, error) {
+	if !cfg.On() {
 		return nil, nil
 	}
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
@@ -118,8 +83,8 @@ func tracingResource(ctx context.Context) (*resource.Resource, error) {
 	return res, nil
 }
 
-// shutdownTracing flushes the spans still queued, for at most 5 s.
-func shutdownTracing(tp *sdktrace.TracerProvider, log *slog.Logger) {
+// ShutdownTracing flushes the spans still queued, for at most 5 s.
+func ShutdownTracing(tp *sdktrace.TracerProvider, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := tp.Shutdown(ctx); err != nil {

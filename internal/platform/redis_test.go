@@ -1,4 +1,4 @@
-package main
+package platform
 
 import (
 	"strings"
@@ -6,27 +6,29 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/realty-gateway/gateway/internal/config"
 )
 
 func TestOpenRedis(t *testing.T) {
 	tests := []struct {
 		name     string
-		give     redisConfig
+		give     config.Redis
 		wantType string // "" for no client
 		wantErr  string
 	}{
-		{name: "no url", give: redisConfig{Mode: redisSingle}},
-		{name: "single", give: redisConfig{Mode: redisSingle, URL: "redis://127.0.0.1:6379/2"}, wantType: "*redis.Client"},
-		{name: "cluster", give: redisConfig{Mode: redisCluster, URL: "redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002"}, wantType: "*redis.ClusterClient"},
-		{name: "sentinel", give: redisConfig{Mode: redisSentinel, URL: "redis://127.0.0.1:26379?master_name=gw&addr=127.0.0.1:26380"}, wantType: "*redis.Client"},
-		{name: "sentinel without master", give: redisConfig{Mode: redisSentinel, URL: "redis://127.0.0.1:26379"}, wantErr: "master_name"},
-		{name: "cluster with an unknown option", give: redisConfig{Mode: redisCluster, URL: "redis://127.0.0.1:7000?bogus=1"}, wantErr: "cluster URL"},
-		{name: "bad single url", give: redisConfig{Mode: redisSingle, URL: "http://x"}, wantErr: "redis:// URL"},
+		{name: "no url", give: config.Redis{Mode: config.RedisSingle}},
+		{name: "single", give: config.Redis{Mode: config.RedisSingle, URL: "redis://127.0.0.1:6379/2"}, wantType: "*redis.Client"},
+		{name: "cluster", give: config.Redis{Mode: config.RedisCluster, URL: "redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002"}, wantType: "*redis.ClusterClient"},
+		{name: "sentinel", give: config.Redis{Mode: config.RedisSentinel, URL: "redis://127.0.0.1:26379?master_name=gw&addr=127.0.0.1:26380"}, wantType: "*redis.Client"},
+		{name: "sentinel without master", give: config.Redis{Mode: config.RedisSentinel, URL: "redis://127.0.0.1:26379"}, wantErr: "master_name"},
+		{name: "cluster with an unknown option", give: config.Redis{Mode: config.RedisCluster, URL: "redis://127.0.0.1:7000?bogus=1"}, wantErr: "cluster URL"},
+		{name: "bad single url", give: config.Redis{Mode: config.RedisSingle, URL: "http://x"}, wantErr: "redis:// URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.give.Timeout = 50 * time.Millisecond
-			rdb, err := openRedis(tt.give)
+			rdb, err := OpenRedis(tt.give)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one naming %q", err, tt.wantErr)
@@ -75,12 +77,4 @@ func typeName(rdb redis.UniversalClient) string {
 		return "*redis.Client"
 	}
 	return "?"
-}
-
-func TestRedisModeIsValidated(t *testing.T) {
-	c := defaultRedisConfig()
-	c.Mode = "clustered"
-	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "single, cluster or sentinel") {
-		t.Fatalf("validate = %v", err)
-	}
 }

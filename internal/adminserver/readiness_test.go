@@ -1,4 +1,4 @@
-package main
+package adminserver
 
 import (
 	"context"
@@ -33,13 +33,13 @@ func TestReadiness(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var draining atomic.Bool
 			draining.Store(tt.draining)
-			r := readiness{draining: &draining, warming: func() bool { return tt.warming },
+			r := Readiness{draining: &draining, warming: func() bool { return tt.warming },
 				storeSuspect: func() bool { return tt.storeSuspect }, pingStore: ping(tt.store), pingCache: ping(tt.cache)}
 			if tt.noRedis {
 				r.pingCache = nil
 			}
-			if got := r.check(context.Background()); got != tt.want {
-				t.Errorf("check() = %q, want %q", got, tt.want)
+			if got := r.Check(context.Background()); got != tt.want {
+				t.Errorf("Check() = %q, want %q", got, tt.want)
 			}
 		})
 	}

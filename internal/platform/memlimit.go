@@ -1,4 +1,4 @@
-package main
+package platform
 
 import (
 	"log/slog"
@@ -13,14 +13,14 @@ import (
 // runtime, connections, requests in flight.
 const memoryHeadroom = 64 << 20
 
-// setMemoryLimit gives the Go runtime a soft memory limit, so that the
+// SetMemoryLimit gives the Go runtime a soft memory limit, so that the
 // garbage collector works harder before the heap outgrows it, unless the
 // operator set GOMEMLIMIT: 90 % of the container's memory limit (cgroup v1
 // or v2) where there is one, else the local tier's budget plus
 // memoryHeadroom. Without a limit the heap may reach twice what is live
 // (GOGC=100) before a collection: a full 64 MiB tier would take the RSS
 // well past the tier's budget. It returns the limit set, 0 for none.
-func setMemoryLimit(localBytes int64, log *slog.Logger) int64 {
+func SetMemoryLimit(localBytes int64, log *slog.Logger) int64 {
 	if _, set := os.LookupEnv("GOMEMLIMIT"); set {
 		return debug.SetMemoryLimit(-1)
 	}

@@ -1,4 +1,8 @@
-package main
+// Package demo seeds an empty embedded store with demo data, so that a
+// first run without settings has something to serve, and writes what a
+// client needs to log in to it into the data directory. Seed runs once, at
+// start, before the store is shared.
+package demo
 
 import (
 	"context"
@@ -15,15 +19,15 @@ import (
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// demoCredentialsFile, in the data directory, holds what a client needs to
+// CredentialsFile, in the data directory, holds what a client needs to
 // log in to the demo data: the API key and password never reach the log.
-const demoCredentialsFile = "demo-credentials.json"
+const CredentialsFile = "demo-credentials.json"
 
-// seedDemo fills an empty embedded store with a demo firm, two users (one
+// Seed fills an empty embedded store with a demo firm, two users (one
 // with a password, one passwordless) and a few listings, and writes what a
-// client needs to log in to demoCredentialsFile in dataDir, readable by
+// client needs to log in to CredentialsFile in dataDir, readable by
 // the owner only. It never runs against PostgreSQL.
-func seedDemo(ctx context.Context, store upstream.Store, dataDir string, log *slog.Logger) error {
+func Seed(ctx context.Context, store upstream.Store, dataDir string, log *slog.Logger) error {
 	empty, err := store.Empty(ctx)
 	if err != nil || !empty {
 		return err
@@ -32,7 +36,7 @@ func seedDemo(ctx context.Context, store upstream.Store, dataDir string, log *sl
 	if err != nil {
 		return err
 	}
-	password, err := demoPassword()
+	password, err := newPassword()
 	if err != nil {
 		return err
 	}
@@ -51,7 +55,7 @@ func seedDemo(ctx context.Context, store upstream.Store, dataDir string, log *sl
 	if _, err := store.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "otp@demo.example"}); err != nil {
 		return err
 	}
-	if _, err := store.ImportListings(ctx, demoListings(firm.ID, agent.ID)); err != nil {
+	if _, err := store.ImportListings(ctx, Listings(firm.ID, agent.ID)); err != nil {
 		return err
 	}
 	creds, err := json.MarshalIndent(map[string]any{"firmId": firm.ID, "apiKey": key,
@@ -59,7 +63,7 @@ func seedDemo(ctx context.Context, store upstream.Store, dataDir string, log *sl
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dataDir, demoCredentialsFile)
+	path := filepath.Join(dataDir, CredentialsFile)
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("demo credentials: %w", err)
 	}
@@ -70,8 +74,8 @@ func seedDemo(ctx context.Context, store upstream.Store, dataDir string, log *sl
 	return nil
 }
 
-// demoPassword is 96 random bits, readable enough to type.
-func demoPassword() (string, error) {
+// newPassword is 96 random bits, readable enough to type.
+func newPassword() (string, error) {
 	b := make([]byte, 12)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("demo password: %w", err)
@@ -79,7 +83,9 @@ func demoPassword() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-func demoListings(firmID, userID int64) []upstream.Listing {
+// Listings are three demo listings of the firm's user, the last one
+// passive.
+func Listings(firmID, userID int64) []upstream.Listing {
 	now := time.Now().UnixMilli()
 	city, cityName := int64(34), "Istanbul"
 	district, districtName := int64(1203), "Moda"

@@ -1,0 +1,31 @@
+package config
+
+import (
+	"errors"
+	"time"
+)
+
+// Server is the process's own part: listeners, data, log, shutdown.
+type Server struct {
+	Addr            string        `yaml:"addr" env:"ADDR" help:"public listener"`
+	AdminAddr       string        `yaml:"adminAddr" env:"ADMIN_ADDR" help:"liveness, readiness, metrics and stats listener; keep it private"`
+	DataDir         string        `yaml:"dataDir" env:"DATA_DIR" help:"where a generated JWT secret is kept"`
+	LogLevel        string        `yaml:"logLevel" env:"LOG_LEVEL" help:"debug, info, warn or error (anything else: info)"`
+	ShutdownDelay   time.Duration `yaml:"shutdownDelay" env:"SHUTDOWN_DELAY" help:"readiness is false this long before draining"`
+	ShutdownTimeout time.Duration `yaml:"shutdownTimeout" env:"SHUTDOWN_TIMEOUT" help:"drain limit for in-flight requests"`
+}
+
+func defaultServer() Server {
+	return Server{Addr: ":8080", AdminAddr: "127.0.0.1:9090", DataDir: "data", LogLevel: "info", ShutdownTimeout: 15 * time.Second}
+}
+
+func (c Server) validate() error {
+	var errs []error
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, errors.New("server.shutdownTimeout must be positive"))
+	}
+	if c.ShutdownDelay < 0 {
+		errs = append(errs, errors.New("server.shutdownDelay must not be negative"))
+	}
+	return errors.Join(errs...)
+}
