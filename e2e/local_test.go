@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of the local tier in front of Redis: several gateway
 // processes share Redis and PostgreSQL; every write must be invisible on
@@ -6,14 +6,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,26 +40,6 @@ func replicas(t *testing.T, n int) (ps []*process, w world, writeTok, readTok st
 	}
 	return ps, w, ps[0].token(t, w.passwordLogin()), ps[0].token(t, w.otpLogin()),
 		[]string{"/realty/1001", fmt.Sprintf("/realty/%d-7", w.firm)}
-}
-
-func titleOf(t *testing.T, r response) string {
-	t.Helper()
-	var l struct{ Title string }
-	if r.status != http.StatusOK || json.Unmarshal(r.body, &l) != nil {
-		t.Fatalf("view: %d %s", r.status, r.body)
-	}
-	return l.Title
-}
-
-func put(t *testing.T, p *process, path, tok string, version int) time.Duration {
-	t.Helper()
-	began := time.Now()
-	r := p.request(t, http.MethodPut, path, map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json"},
-		fmt.Sprintf(`{"title":"v%d","categoryId":2,"location":{"cityId":34}}`, version))
-	if r.status != http.StatusOK {
-		t.Fatalf("PUT v%d: %d %s", version, r.status, r.body)
-	}
-	return time.Since(began)
 }
 
 // TestEndToEndLocalTierWriteThenRead: the reader holds the current version
@@ -303,28 +280,6 @@ func TestEndToEndCachePurgeCommand(t *testing.T) {
 	}
 }
 
-// metric reads one series' value from p's /metrics, by its exact name and
-// labels as exposed (`name` or `name{a="b"}`); false when it is absent.
-func (p *process) metric(t *testing.T, series string) (float64, bool) {
-	t.Helper()
-	resp, err := http.Get(p.AdminBase + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(body)) {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
-}
-
 // TestEndToEndMetrics reads /metrics after traffic: the request, cache,
 // login, store and breaker series are there, with bounded labels.
 func TestEndToEndMetrics(t *testing.T) {
@@ -339,13 +294,7 @@ func TestEndToEndMetrics(t *testing.T) {
 	p.view(t, "/realty/424242", readTok)
 	p.login(t, fmt.Sprintf(`{"email":"nobody@acme.example","key":%q}`, w.key))
 	p.request(t, "BREW", "/realty/1001", nil, "") // a method nobody serves
-	resp, err := http.Get(p.AdminBase + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	text := string(body)
+	text := p.metrics(t)
 	for _, want := range []string{
 		`gateway_http_requests_total{code="200",method="GET",route="/realty/:ref"}`,
 		`gateway_http_requests_total{code="404",method="GET",route="/realty/:ref"} 1`,
@@ -384,13 +333,8 @@ func TestEndToEndMetrics(t *testing.T) {
 		}
 	}
 	for _, probe := range []string{"/livez", "/healthz", "/readyz"} {
-		r, err := http.Get(p.AdminBase + probe)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Body.Close()
-		if r.StatusCode != http.StatusNoContent {
-			t.Errorf("%s: %d", probe, r.StatusCode)
+		if code := p.adminStatus(t, probe); code != http.StatusNoContent {
+			t.Errorf("%s: %d", probe, code)
 		}
 	}
 }

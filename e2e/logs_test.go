@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -67,12 +67,7 @@ func TestEndToEndMemoryLimit(t *testing.T) {
 		{"operator's", map[string]string{"GOMEMLIMIT": "300MiB"}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			e := environment{
-				"GATEWAY_DATA_DIR":   dir,
-				"GATEWAY_STORE_URL":  "sqlite:" + dir + "/gateway.db",
-				"GATEWAY_JWT_SECRET": "e2e-secret-e2e-secret-e2e-secret-e2e",
-			}
+			e := sqliteEnv(t)
 			maps.Copy(e, tt.env)
 			p := start(t, e)
 			var got []map[string]any

@@ -1,9 +1,8 @@
-package main
+package e2e
 
-// End-to-end tests: they build the gateway binary once, start it as a
-// client would meet it, with real PostgreSQL, Redis and SQLite, and drive it
-// over HTTP. Faults are injected through TCP proxies in front of Redis and
-// PostgreSQL, so the shared servers keep running for other tests.
+// The public API end to end: logins, both view forms and the rejections;
+// the store and Redis going away and coming back, and /readyz with them;
+// imports; and two processes serving one store coherently.
 
 import (
 	"bufio"
@@ -11,13 +10,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,182 +25,6 @@ import (
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
-
-var gatewayBin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gateway-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	gatewayBin, err = gatewaytest.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "build gateway:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// environment is the environment of one gateway process and its admin
-// commands.
-type environment map[string]string
-
-func admin(t *testing.T, e environment, stdin string, args ...string) map[string]any {
-	t.Helper()
-	return gatewaytest.Admin(t, gatewayBin, e, stdin, args...)
-}
-
-type process struct {
-	*gatewaytest.Process
-}
-
-func start(t *testing.T, e environment) *process {
-	t.Helper()
-	return &process{gatewaytest.Start(t, gatewayBin, e)}
-}
-
-type response struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func (p *process) request(t *testing.T, method, path string, header map[string]string, body string) response {
-	t.Helper()
-	req, err := http.NewRequest(method, p.Base+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("User-Agent", "e2e-test")
-	for k, v := range header {
-		if v == "<none>" {
-			v = "" // net/http then sends no such header at all
-		}
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
-}
-
-func (p *process) view(t *testing.T, path, token string) response {
-	t.Helper()
-	return p.request(t, http.MethodGet, path, map[string]string{"Authorization": "Bearer " + token}, "")
-}
-
-func (p *process) login(t *testing.T, body string) response {
-	t.Helper()
-	return p.request(t, http.MethodPost, "/auth/login", map[string]string{"Content-Type": "application/json"}, body)
-}
-
-func (p *process) token(t *testing.T, body string) string {
-	t.Helper()
-	r := p.login(t, body)
-	var out struct {
-		JWTToken string `json:"jwtToken"`
-	}
-	if r.status != http.StatusOK || json.Unmarshal(r.body, &out) != nil || out.JWTToken == "" {
-		t.Fatalf("login %s: %d %s", body, r.status, r.body)
-	}
-	return out.JWTToken
-}
-
-// world is one firm with a password user and a passwordless user, a
-// second firm, and imported listings, created through the admin commands.
-type world struct {
-	env          environment
-	key, key2    string
-	firm, firm2  int64
-	pwUser       int64
-	password     string
-	importedJSON string
-}
-
-const importFile = `[
- {"id": 1001, "no": 7, "firmId": %[1]d, "firmUserId": %[2]d, "title": "Sea view", "categoryId": 2, "latitude": 41.01, "longitude": 28.97, "nearLocation": true,
-  "location": {"cityId": 34, "cityName": "Istanbul"}, "realtyFiles": [{"id": 5, "imageUrl": "https://img.example/5.jpg", "sortOrder": 1, "imageType": "IMAGE", "status": "APPROVED"}],
-  "createdDate": 1700000000000, "updatedDate": 1700000100000,
-  "attributes": {"price": 100, "priceCurrencyType": "TRY", "sideIdList": [1, 2], "selectedAttributeList": [{"groupId": 3, "selectedIds": [4]}]}},
- {"firmId": %[1]d, "firmUserId": %[2]d, "title": "Passive one", "isActive": false, "categoryId": 1, "location": {"cityId": 6}},
- {"firmId": %[1]d, "firmUserId": %[2]d, "title": "Third", "categoryId": 1, "location": {"cityId": 6}}
-]`
-
-// The listings of importFile without a number get the firm's first free
-// numbers: its counter starts at 1, and the given 7 is not in the way.
-const (
-	passiveNo = 1 // "Passive one"
-	thirdNo   = 2 // "Third"
-)
-
-func newWorld(t *testing.T, e environment) world {
-	t.Helper()
-	w := world{env: e, password: "s3cret-pass-word"}
-	f := admin(t, e, "", "firm", "add", "--name", "Acme Realty")
-	w.firm, w.key = int64(f["firmId"].(float64)), f["apiKey"].(string)
-	f2 := admin(t, e, "", "firm", "add", "--name", "Other Realty")
-	w.firm2, w.key2 = int64(f2["firmId"].(float64)), f2["apiKey"].(string)
-	u := admin(t, e, "", "user", "add", "--firm", fmt.Sprint(w.firm), "--email", "Agent@Acme.example", "--password", w.password)
-	w.pwUser = int64(u["firmUserId"].(float64))
-	admin(t, e, "", "user", "add", "--firm", fmt.Sprint(w.firm), "--email", "otp@acme.example")
-	admin(t, e, "", "user", "add", "--firm", fmt.Sprint(w.firm2), "--email", "agent@other.example", "--password", w.password)
-	w.importedJSON = fmt.Sprintf(importFile, w.firm, w.pwUser)
-	if got := admin(t, e, w.importedJSON, "listing", "import", "-"); got["imported"] != 3.0 {
-		t.Fatalf("import printed %v", got)
-	}
-	return w
-}
-
-func (w world) passwordLogin() string {
-	return fmt.Sprintf(`{"email":" agent@acme.EXAMPLE ","password":%q,"key":%q}`, w.password, w.key)
-}
-
-func (w world) otpLogin() string {
-	return fmt.Sprintf(`{"email":"otp@acme.example","key":%q}`, w.key)
-}
-
-// postgresEnv is a gateway on a fresh PostgreSQL database and Redis with a
-// key prefix of its own.
-func postgresEnv(t *testing.T, pgURL, redisAddr string) (environment, string) {
-	t.Helper()
-	prefix := testenv.RandomName("e2e") + ":"
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	t.Cleanup(func() {
-		ctx := context.Background()
-		if keys, _ := rdb.Keys(ctx, prefix+"*").Result(); len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
-		rdb.Close()
-	})
-	return environment{
-		"GATEWAY_DATA_DIR":     t.TempDir(),
-		"GATEWAY_STORE_URL":    pgURL,
-		"GATEWAY_REDIS_URL":    "redis://" + redisAddr + "/0",
-		"GATEWAY_REDIS_PREFIX": prefix,
-		"GATEWAY_JWT_SECRET":   "e2e-secret-e2e-secret-e2e-secret-e2e",
-	}, prefix
-}
-
-// coldCache removes the keys that the import published, so that reads
-// start with misses.
-func coldCache(t *testing.T, prefix string) {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	defer rdb.Close()
-	ctx := context.Background()
-	if keys, _ := rdb.Keys(ctx, prefix+"*").Result(); len(keys) > 0 {
-		rdb.Del(ctx, keys...)
-	}
-}
 
 func TestEndToEndLoginAndBothViewForms(t *testing.T) {
 	e, prefix := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
@@ -283,7 +103,7 @@ func TestEndToEndLoginAndBothViewForms(t *testing.T) {
 	if passive.status != 200 || !bytes.Contains(passive.body, []byte(`"isActive":false`)) {
 		t.Fatalf("own passive listing: %d %s", passive.status, passive.body)
 	}
-	otherTok := p.token(t, fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, w.password, w.key2))
+	otherTok := p.token(t, w.otherLogin())
 	if r := p.view(t, fmt.Sprintf("/realty/%d-%d", w.firm, passiveNo), otherTok); r.status != 404 {
 		t.Fatalf("other firm's passive listing: %d, want 404", r.status)
 	}
@@ -338,7 +158,7 @@ func TestEndToEndRejections(t *testing.T) {
 			}
 			if tt.want == 401 {
 				// requestId names the request, so it differs by design.
-				body := regexp.MustCompile(`"requestId":"[^"]*",?`).ReplaceAll(r.body, nil)
+				body := requestIDMember.ReplaceAll(r.body, nil)
 				if unauthorized != nil && !bytes.Equal(unauthorized, body) {
 					t.Fatalf("401 bodies differ:\n%s\n%s", unauthorized, body)
 				}
@@ -547,14 +367,7 @@ func TestEndToEndReadyzFlips(t *testing.T) {
 	e["GATEWAY_STORE_TIMEOUT"] = "300ms"
 	p := start(t, e)
 	tok := p.token(t, w.otpLogin())
-	ready := func() int {
-		resp, err := http.Get(p.AdminBase + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	ready := func() int { return p.adminStatus(t, "/readyz") }
 	readyGauge := func() float64 {
 		v, ok := p.metric(t, "gateway_ready")
 		if !ok {
@@ -643,7 +456,7 @@ func TestEndToEndEmbeddedSQLiteDefaults(t *testing.T) {
 		APIKey   string `json:"apiKey"`
 		Password string `json:"password"`
 	}
-	credsFile := filepath.Join(dir, demoCredentialsFile)
+	credsFile := filepath.Join(dir, "demo-credentials.json") // seed.go: demoCredentialsFile
 	b, err := os.ReadFile(credsFile)
 	if err != nil || json.Unmarshal(b, &seed) != nil || seed.APIKey == "" || seed.Password == "" {
 		t.Fatalf("no demo credentials in %s (%v): %s", credsFile, err, b)
@@ -710,17 +523,12 @@ func TestEndToEndImport(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.Command(gatewayBin, "listing", "import", "-")
-			cmd.Env = gatewaytest.Environ(e)
-			cmd.Dir = e["GATEWAY_DATA_DIR"]
-			cmd.Stdin = strings.NewReader(fmt.Sprintf(tt.give, w.firm, w.pwUser, w.firm2))
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err == nil {
-				t.Fatalf("import succeeded: %s", stdout.String())
+			code, stdout, stderr := gatewayCmdStderr(t, e, fmt.Sprintf(tt.give, w.firm, w.pwUser, w.firm2), "listing", "import", "-")
+			if code == 0 {
+				t.Fatalf("import succeeded: %s", stdout)
 			}
-			if !strings.Contains(stderr.String(), tt.wantStderr) || stdout.Len() != 0 {
-				t.Fatalf("stderr %q, stdout %q; want %q named", stderr.String(), stdout.String(), tt.wantStderr)
+			if !strings.Contains(stderr, tt.wantStderr) || stdout != "" {
+				t.Fatalf("stderr %q, stdout %q; want %q named", stderr, stdout, tt.wantStderr)
 			}
 			// Nothing was written: the valid first entry, which would have
 			// taken the firm's next number (1 and 2 were assigned, 7 and 50

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of token revocation: two gateway processes sharing
 // Redis and a fresh PostgreSQL database, revocations written by the CLI as
@@ -28,9 +28,6 @@ import (
 	"github.com/realty-gateway/gateway/revocation"
 	"github.com/realty-gateway/gateway/upstream/postgres"
 )
-
-// e2eSecret is postgresEnv's signing secret (kid "default").
-const e2eSecret = "e2e-secret-e2e-secret-e2e-secret-e2e"
 
 // revocationBound is the issue's requirement: every replica applies a
 // revocation within a second while Redis is up.
@@ -74,6 +71,18 @@ func (f fleet) readsEverywhere(t *testing.T, what, tok string) {
 			}
 		}
 	}
+}
+
+// usersReading logs in the password user on the first gateway and the
+// passwordless user on the second, and returns their tokens once each
+// reads on every gateway.
+func (f fleet) usersReading(t *testing.T) (user, other string) {
+	t.Helper()
+	user = f.ps[0].token(t, f.w.passwordLogin())
+	other = f.ps[1].token(t, f.w.otpLogin())
+	f.readsEverywhere(t, "the user's token", user)
+	f.readsEverywhere(t, "the other user's token", other)
+	return user, other
 }
 
 // refusedEverywhere polls every gateway with tok until each answers 401,
@@ -170,29 +179,6 @@ func signed(t *testing.T, firmID, userID int64, over map[string]any) string {
 	return s
 }
 
-// authFailures reads gateway_auth_failures_total{reason} from p's metrics.
-func authFailures(t *testing.T, p *process, reason string) float64 {
-	t.Helper()
-	resp, err := http.Get(p.AdminBase + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	prefix := `gateway_auth_failures_total{reason="` + reason + `"} `
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s%s: %v", prefix, v, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no series %s on /metrics", strings.TrimSpace(prefix))
-	return 0
-}
-
 // TestEndToEndRevocationUserDisable (issue 16, item 1): a user's token reads
 // on both replicas, each of which remembers it as verified; user disable
 // runs, and within a second both answer 401 to it, exactly as to an expired
@@ -200,10 +186,7 @@ func authFailures(t *testing.T, p *process, reason string) float64 {
 // lets the user log in again without bringing the old token back.
 func TestEndToEndRevocationUserDisable(t *testing.T) {
 	f := newFleet(t, nil)
-	tok := f.ps[0].token(t, f.w.passwordLogin())
-	otp := f.ps[1].token(t, f.w.otpLogin())
-	f.readsEverywhere(t, "the user's token", tok)
-	f.readsEverywhere(t, "the other user's token", otp)
+	tok, otp := f.usersReading(t)
 
 	began := time.Now()
 	out := admin(t, f.e, "", "user", "disable", "--firm", fmt.Sprint(f.w.firm), "--email", "agent@acme.example")
@@ -218,7 +201,11 @@ func TestEndToEndRevocationUserDisable(t *testing.T) {
 	expired := signed(t, f.w.firm, f.w.pwUser, map[string]any{"iat": time.Now().Add(-2 * time.Hour).Unix(), "exp": time.Now().Add(-time.Hour).Unix()})
 	for _, p := range f.ps {
 		requireSameRejection(t, "the revoked token", p.view(t, "/realty/1001", tok), p.view(t, "/realty/1001", expired))
-		if n := authFailures(t, p, "revoked"); n < 1 {
+		n, ok := p.metric(t, `gateway_auth_failures_total{reason="revoked"}`)
+		if !ok {
+			t.Fatal(`no series gateway_auth_failures_total{reason="revoked"} on /metrics`)
+		}
+		if n < 1 {
 			t.Fatalf("gateway_auth_failures_total{reason=\"revoked\"} = %v; want the refusals counted", n)
 		}
 	}
@@ -247,7 +234,7 @@ func TestEndToEndRevocationRotateKey(t *testing.T) {
 	f := newFleet(t, nil)
 	agent := f.ps[0].token(t, f.w.passwordLogin())
 	otp := f.ps[1].token(t, f.w.otpLogin())
-	otherLogin := fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, f.w.password, f.w.key2)
+	otherLogin := f.w.otherLogin()
 	other := f.ps[0].token(t, otherLogin)
 	for _, tok := range []string{agent, otp, other} {
 		f.readsEverywhere(t, "a token before the rotation", tok)
@@ -298,10 +285,7 @@ func TestEndToEndRevocationRotateKey(t *testing.T) {
 // afterwards works.
 func TestEndToEndTokenRevokeOneUser(t *testing.T) {
 	f := newFleet(t, nil)
-	agent := f.ps[0].token(t, f.w.passwordLogin())
-	otp := f.ps[1].token(t, f.w.otpLogin())
-	f.readsEverywhere(t, "the user's token", agent)
-	f.readsEverywhere(t, "the other user's token", otp)
+	agent, otp := f.usersReading(t)
 
 	out := admin(t, f.e, "", "token", "revoke", "--firm", fmt.Sprint(f.w.firm), "--email", " Agent@ACME.example")
 	returned := time.Now()

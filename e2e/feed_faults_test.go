@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The change feed under faults: its consumer killed mid-batch or cut off
 // silently, PostgreSQL restarted, Redis restarted empty or from an older
@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math/rand/v2"
 	"net/http"
@@ -124,18 +123,6 @@ func logTime(t *testing.T, p *process, msg string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	began := time.Now()
-	for !cond() {
-		if time.Since(began) > d {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(began)
-}
-
 func (p *process) feedStats() (gatewaytest.Stats, bool) {
 	s, err := p.ReadStats()
 	return s, err == nil
@@ -160,16 +147,16 @@ func TestEndToEndFeedConsumerKilledMidBatch(t *testing.T) {
 	eA["GATEWAY_REDIS_URL"] = "redis://" + slow.Addr() + "/0"
 	eA["GATEWAY_REDIS_TIMEOUT"] = "2s" // slow, not failing
 	a := start(t, eA)
-	waitFor(t, 5*time.Second, "gateway A consumes", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Consumer })
+	within(t, 5*time.Second, "gateway A consumes", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Consumer })
 	b := start(t, maps.Clone(e))
-	waitFor(t, 10*time.Second, "the import applied", func() bool { return unapplied(t, db) == 0 })
+	within(t, 10*time.Second, "the import applied", func() bool { return unapplied(t, db) == 0 })
 
 	slow.SetLatency(300 * time.Millisecond)
 	if _, err := db.Exec(context.Background(), `UPDATE listings SET document = replace(document, '"title":"v0"', '"title":"v1"')
 		WHERE id BETWEEN 5001 AND 6000`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "A applied its first batch", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Applied >= 1000+500 })
+	within(t, 20*time.Second, "A applied its first batch", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Applied >= 1000+500 })
 	if err := a.Signal(os.Kill); err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +165,8 @@ func TestEndToEndFeedConsumerKilledMidBatch(t *testing.T) {
 	if left == 0 {
 		t.Fatal("A finished before it was killed; nothing for B to take over")
 	}
-	took := waitFor(t, 5*time.Second, "B takes over", func() bool { s, ok := b.feedStats(); return ok && s.Feed.Consumer })
-	drained := waitFor(t, 20*time.Second, "the backlog drains", func() bool { return unapplied(t, db) == 0 })
+	took := within(t, 5*time.Second, "B takes over", func() bool { s, ok := b.feedStats(); return ok && s.Feed.Consumer })
+	drained := within(t, 20*time.Second, "the backlog drains", func() bool { return unapplied(t, db) == 0 })
 	t.Logf("A killed with %d changes unapplied; B took over in %v and drained them %v later", left, took, drained)
 	_ = time.Since(killed)
 
@@ -205,7 +192,7 @@ func TestEndToEndFeedSilentPartition(t *testing.T) {
 	eA := maps.Clone(e)
 	eA["GATEWAY_STORE_URL"] = strings.Replace(pgURL, "127.0.0.1:5432", frozen.Addr(), 1)
 	a := start(t, eA)
-	waitFor(t, 5*time.Second, "gateway A consumes", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Consumer })
+	within(t, 5*time.Second, "gateway A consumes", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Consumer })
 	b := start(t, maps.Clone(e))
 	tok := b.token(t, w.otpLogin())
 	if got := titleOf(t, b.view(t, "/realty/1001", tok)); got != "Sea view" {
@@ -217,8 +204,8 @@ func TestEndToEndFeedSilentPartition(t *testing.T) {
 	if _, err := db.Exec(context.Background(), `UPDATE listings SET document = replace(document, '"title":"Sea view"', '"title":"Changed in the partition"') WHERE id = 1001`); err != nil {
 		t.Fatal(err)
 	}
-	took := waitFor(t, 30*time.Second, "B takes over", func() bool { s, ok := b.feedStats(); return ok && s.Feed.Consumer })
-	waitFor(t, 2*time.Second, "B applies the change", func() bool { return titleOf(t, b.view(t, "/realty/1001", tok)) == "Changed in the partition" })
+	took := within(t, 30*time.Second, "B takes over", func() bool { s, ok := b.feedStats(); return ok && s.Feed.Consumer })
+	within(t, 2*time.Second, "B applies the change", func() bool { return titleOf(t, b.view(t, "/realty/1001", tok)) == "Changed in the partition" })
 	stopped, okA := logTime(t, a, "change feed consumer stopped")
 	started, okB := logTime(t, b, "change feed consumer started")
 	if !okA || !okB || !stopped.Before(started) {
@@ -300,7 +287,7 @@ func TestEndToEndFeedPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(context.Background())
-	waitFor(t, 10*time.Second, "the feed catches up", func() bool { return unapplied(t, db) == 0 })
+	within(t, 10*time.Second, "the feed catches up", func() bool { return unapplied(t, db) == 0 })
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	defer rdb.Close()
 	requireRedisMatchesStore(t, db, rdb, prefix)
@@ -349,7 +336,7 @@ func TestEndToEndFeedRedisRestarts(t *testing.T) {
 			}
 			rdb := redis.NewClient(&redis.Options{Addr: node.Addr, MaxRetries: -1})
 			defer rdb.Close()
-			waitFor(t, 5*time.Second, "the import applied", func() bool { return unapplied(t, db) == 0 })
+			within(t, 5*time.Second, "the import applied", func() bool { return unapplied(t, db) == 0 })
 			if snapshot {
 				if err := rdb.Save(context.Background()).Err(); err != nil {
 					t.Fatal(err)
@@ -366,7 +353,7 @@ func TestEndToEndFeedRedisRestarts(t *testing.T) {
 			if _, err := db.Exec(context.Background(), `UPDATE listings SET document = replace(document, '"title":"Third"', '"title":"Third, v2"') WHERE no = $1`, thirdNo); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 5*time.Second, "the SQL write applied", func() bool { return unapplied(t, db) == 0 })
+			within(t, 5*time.Second, "the SQL write applied", func() bool { return unapplied(t, db) == 0 })
 			for _, p := range gws { // both hold the new versions, in Redis and locally
 				if titleOf(t, p.view(t, paths[1], tok)) != "v2" || titleOf(t, p.view(t, third, tok)) != "Third, v2" {
 					t.Fatal("new versions not served before the restart")
@@ -403,7 +390,7 @@ func TestEndToEndFeedRedisRestarts(t *testing.T) {
 					reads += 3
 				}
 			}
-			waitFor(t, 10*time.Second, "the replay applied", func() bool { return unapplied(t, db) == 0 })
+			within(t, 10*time.Second, "the replay applied", func() bool { return unapplied(t, db) == 0 })
 			requireRedisMatchesStore(t, db, rdb, e["GATEWAY_REDIS_PREFIX"])
 			var replayed uint64
 			for _, p := range gws {
@@ -512,7 +499,7 @@ func TestEndToEndFeedSentinelFailover(t *testing.T) {
 			s.MasterNode.Kill()
 			sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 			defer sc.Close()
-			waitFor(t, 20*time.Second, "the replica is promoted", func() bool {
+			within(t, 20*time.Second, "the replica is promoted", func() bool {
 				addr, err := sc.GetMasterAddrByName(context.Background(), s.MasterName).Result()
 				return err == nil && addr[0]+":"+addr[1] == s.Replica
 			})
@@ -532,24 +519,4 @@ func TestEndToEndFeedSentinelFailover(t *testing.T) {
 	}
 	t.Logf("%d runs: %d reads (%d failed), %d writes (%d failed), %d older than a returned write",
 		runs, reads.Load(), failedReads.Load(), writes.Load(), failedWrites.Load(), stale.Load())
-}
-
-// send makes one request without failing the test from a goroutine.
-func send(p *process, method, path, tok, body string) (response, error) {
-	req, err := http.NewRequest(method, p.Base+path, strings.NewReader(body))
-	if err != nil {
-		return response{}, err
-	}
-	req.Header.Set("User-Agent", "e2e-test")
-	req.Header.Set("Authorization", "Bearer "+tok)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, header: resp.Header, body: b}, err
 }

@@ -1,58 +1,26 @@
-package main
+package e2e
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	_ "modernc.org/sqlite" // the "sqlite" driver of rawStore
 
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
-
-// gatewayCmd runs the binary with args and stdin in a SQLite data dir and
-// returns its exit code and standard output.
-func gatewayCmd(t *testing.T, e environment, stdin string, args ...string) (int, string) {
-	t.Helper()
-	code, out, _ := gatewayCmdStderr(t, e, stdin, args...)
-	return code, out
-}
-
-// gatewayCmdStderr is gatewayCmd that also returns standard error.
-func gatewayCmdStderr(t *testing.T, e environment, stdin string, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	cmd := exec.Command(gatewayBin, args...)
-	cmd.Env = gatewaytest.Environ(e)
-	cmd.Dir = e["GATEWAY_DATA_DIR"]
-	cmd.Stdin = strings.NewReader(stdin)
-	var outBuf, errBuf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &outBuf, &errBuf
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, outBuf.String(), errBuf.String()
-	case errors.As(err, &exit):
-		return exit.ExitCode(), outBuf.String(), errBuf.String()
-	default:
-		t.Fatal(err)
-		return -1, "", ""
-	}
-}
 
 func TestEndToEndCLIExitCodes(t *testing.T) {
 	e := environment{"GATEWAY_DATA_DIR": t.TempDir(), "GATEWAY_STORE_URL": "sqlite:cli.db"}
@@ -271,10 +239,7 @@ func TestEndToEndAccountCommandsUsage(t *testing.T) {
 // fresh PostgreSQL database. Neither uses Redis: logins never read it but
 // for their limits, which are then kept in process, and revocations reach
 // the gateway through its poll of the store (every 100 ms here).
-var accountEngines = []struct {
-	name string
-	env  func(t *testing.T) environment
-}{
+var accountEngines = []accountEngine{
 	{name: "sqlite", env: func(t *testing.T) environment {
 		return environment{"GATEWAY_DATA_DIR": t.TempDir(), "GATEWAY_STORE_URL": "sqlite:gateway.db",
 			"GATEWAY_JWT_SECRET": "acct-secret-acct-secret-acct-secret-acct", "GATEWAY_REVOCATION_POLL": "100ms"}
@@ -283,6 +248,20 @@ var accountEngines = []struct {
 		return environment{"GATEWAY_DATA_DIR": t.TempDir(), "GATEWAY_STORE_URL": testenv.PostgresURL(t),
 			"GATEWAY_JWT_SECRET": "acct-secret-acct-secret-acct-secret-acct", "GATEWAY_REVOCATION_POLL": "100ms"}
 	}},
+}
+
+type accountEngine struct {
+	name string
+	env  func(t *testing.T) environment
+}
+
+// start makes the world in a fresh store of the engine and starts a gateway
+// on it.
+func (a accountEngine) start(t *testing.T) (environment, world, *process) {
+	t.Helper()
+	e := a.env(t)
+	w := newWorld(t, e)
+	return e, w, start(t, e)
 }
 
 // requireRefusedSoon fails unless p answers tok with 401 within a second.
@@ -301,28 +280,6 @@ func requireRefusedSoon(t *testing.T, p *process, what, tok string) {
 	}
 }
 
-// requestIDMember is the one member in which two alike problem bodies
-// differ: it names the request.
-var requestIDMember = regexp.MustCompile(`"requestId":"[^"]*",?`)
-
-// requireSameRejection fails unless got answers exactly as want does:
-// status, the headers a client reads, and the body but for its requestId.
-func requireSameRejection(t *testing.T, what string, got, want response) {
-	t.Helper()
-	if got.status != http.StatusUnauthorized || want.status != http.StatusUnauthorized {
-		t.Fatalf("%s: status %d, reference %d; want both 401:\n%s\n%s", what, got.status, want.status, got.body, want.body)
-	}
-	for _, h := range []string{"Content-Type", "Www-Authenticate", "Cache-Control", "Retry-After"} {
-		if got.header.Get(h) != want.header.Get(h) {
-			t.Fatalf("%s: %s %q, reference %q", what, h, got.header.Get(h), want.header.Get(h))
-		}
-	}
-	gotBody, wantBody := requestIDMember.ReplaceAll(got.body, nil), requestIDMember.ReplaceAll(want.body, nil)
-	if !bytes.Equal(gotBody, wantBody) {
-		t.Fatalf("%s answers otherwise than the reference:\n%s\n%s", what, got.body, want.body)
-	}
-}
-
 // TestEndToEndRotateKey: firm rotate-key prints a new key once; at once
 // the old key no longer logs in, answered as any unknown key, and the new
 // one does, for every user of the firm. Tokens issued before are revoked
@@ -331,9 +288,7 @@ func requireSameRejection(t *testing.T, what string, got, want response) {
 func TestEndToEndRotateKey(t *testing.T) {
 	for _, engine := range accountEngines {
 		t.Run(engine.name, func(t *testing.T) {
-			e := engine.env(t)
-			w := newWorld(t, e)
-			p := start(t, e)
+			e, w, p := engine.start(t)
 			before := p.token(t, w.passwordLogin())
 
 			out := admin(t, e, "", "firm", "rotate-key", "--firm", fmt.Sprint(w.firm))
@@ -350,7 +305,7 @@ func TestEndToEndRotateKey(t *testing.T) {
 			requireRefusedSoon(t, p, "a token issued before the rotation", before)
 			kept := p.token(t, fmt.Sprintf(`{"email":"agent@acme.example","password":%q,"key":%q}`, w.password, newKey))
 			p.token(t, fmt.Sprintf(`{"email":"otp@acme.example","key":%q}`, newKey))
-			other := p.token(t, fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, w.password, w.key2))
+			other := p.token(t, w.otherLogin())
 
 			// Once more, keeping the tokens: only the newest key logs in.
 			out = admin(t, e, "", "firm", "rotate-key", "--firm", fmt.Sprint(w.firm), "--keep-tokens")
@@ -384,9 +339,7 @@ func TestEndToEndRotateKey(t *testing.T) {
 func TestEndToEndUserDisable(t *testing.T) {
 	for _, engine := range accountEngines {
 		t.Run(engine.name, func(t *testing.T) {
-			e := engine.env(t)
-			w := newWorld(t, e)
-			p := start(t, e)
+			e, w, p := engine.start(t)
 			before := p.token(t, w.passwordLogin())
 			wrongPassword := p.login(t, fmt.Sprintf(`{"email":"agent@acme.example","password":"not-it","key":%q}`, w.key))
 			unknownEmail := p.login(t, fmt.Sprintf(`{"email":"nobody@acme.example","password":%q,"key":%q}`, w.password, w.key))
@@ -408,7 +361,7 @@ func TestEndToEndUserDisable(t *testing.T) {
 
 			// The rest of the firm, and the same e-mail elsewhere, go on.
 			otp := p.token(t, w.otpLogin())
-			p.token(t, fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, w.password, w.key2))
+			p.token(t, w.otherLogin())
 			requireRefusedSoon(t, p, "a token issued before the user was disabled", before)
 			if r := p.view(t, "/realty/1001", otp); r.status != http.StatusOK {
 				t.Fatalf("another user's token: %d %s", r.status, r.body)
@@ -446,7 +399,7 @@ func TestEndToEndUpgradeFromVersion3(t *testing.T) {
 				t.Fatal(err)
 			}
 			db := openRawStore(t, engine.name, e)
-			steps, err := filepath.Glob(filepath.Join("upstream", engine.name, "migrations", "*.sql"))
+			steps, err := filepath.Glob(filepath.Join("..", "upstream", engine.name, "migrations", "*.sql"))
 			if err != nil || len(steps) <= oldVersion {
 				t.Fatalf("migrations of %s: %v, %v", engine.name, steps, err)
 			}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of the change feed: writers other than the gateway (SQL
 // on the database, as the listing application and operators write it)
@@ -13,7 +13,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -58,7 +57,7 @@ func newFeedWorld(t *testing.T, n int, extra environment) *feedWorld {
 		}
 	}
 	fw.tok = fw.gws[0].token(t, fw.otpLogin())
-	fw.other = fw.gws[0].token(t, fmt.Sprintf(`{"email":"agent@other.example","password":%q,"key":%q}`, fw.password, fw.key2))
+	fw.other = fw.gws[0].token(t, fw.otherLogin())
 	for _, p := range fw.gws {
 		testenv.WaitFor(t, func() bool {
 			s, err := p.ReadStats()
@@ -82,19 +81,6 @@ func (fw *feedWorld) exec(t *testing.T, stmt string, args ...any) {
 	if _, err := fw.db.Exec(context.Background(), stmt, args...); err != nil {
 		t.Fatalf("%s: %v", stmt, err)
 	}
-}
-
-// within polls read until it reports true, failing after d.
-func within(t *testing.T, d time.Duration, what string, read func() bool) time.Duration {
-	t.Helper()
-	began := time.Now()
-	for !read() {
-		if time.Since(began) > d {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(began)
 }
 
 // TestEndToEndFeedUpdatesFromSQL: UPDATEs made in SQL that leave the
@@ -290,29 +276,6 @@ func TestEndToEndFeedVisibilityFromSQL(t *testing.T) {
 	}
 }
 
-var (
-	faultBinOnce sync.Once
-	faultBin     string
-	faultBinErr  error
-)
-
-// faultGateway is the gateway built with fault points (internal/faultpoint).
-func faultGateway(t *testing.T) string {
-	t.Helper()
-	faultBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gateway-faultpoints")
-		if err != nil {
-			faultBinErr = err
-			return
-		}
-		faultBin, faultBinErr = gatewaytest.BuildTagged(dir, "gateway-faultpoints", "faultpoints")
-	})
-	if faultBinErr != nil {
-		t.Fatal(faultBinErr)
-	}
-	return faultBin
-}
-
 // TestEndToEndFeedWriterDeath: gateway 1 dies (SIGKILL, from a fault point)
 // right after its store commit, before any cache, replica or CDN heard of
 // the write; gateway 2, which held the old version in its local tier and
@@ -373,12 +336,7 @@ func TestEndToEndFeedSQLiteShell(t *testing.T) {
 		}
 		t.Skipf("SKIP: no sqlite3 shell (%v)", err)
 	}
-	dir := t.TempDir()
-	e := environment{
-		"GATEWAY_DATA_DIR":   dir,
-		"GATEWAY_STORE_URL":  "sqlite:" + filepath.Join(dir, "gateway.db"),
-		"GATEWAY_JWT_SECRET": "e2e-secret-e2e-secret-e2e-secret-e2e",
-	}
+	e := sqliteEnv(t)
 	w := newWorld(t, e)
 	p := start(t, e)
 	tok := p.token(t, w.otpLogin())
@@ -390,7 +348,7 @@ func TestEndToEndFeedSQLiteShell(t *testing.T) {
 	if r := p.view(t, "/realty/1001", tok); r.header.Get("X-Cache") != "HIT" {
 		t.Fatalf("X-Cache %q; want the in-process tier to hold it", r.header.Get("X-Cache"))
 	}
-	cmd := exec.Command(shell, filepath.Join(dir, "gateway.db"),
+	cmd := exec.Command(shell, filepath.Join(e["GATEWAY_DATA_DIR"], "gateway.db"),
 		`PRAGMA busy_timeout = 5000; UPDATE listings SET document = replace(document, '"title":"Sea view"', '"title":"From sqlite3"') WHERE id = 1001;`)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("sqlite3: %v\n%s", err, out)
@@ -402,14 +360,10 @@ func TestEndToEndFeedSQLiteShell(t *testing.T) {
 // TestEndToEndRedisClientLogsJSON: the Redis client's own lines (a failed
 // dial) come out through the gateway's JSON log, like every other line.
 func TestEndToEndRedisClientLogsJSON(t *testing.T) {
-	dir := t.TempDir()
-	p := start(t, environment{
-		"GATEWAY_DATA_DIR":      dir,
-		"GATEWAY_STORE_URL":     "sqlite:" + filepath.Join(dir, "gateway.db"),
-		"GATEWAY_REDIS_URL":     "redis://" + gatewaytest.FreeAddr(t) + "/0", // nothing listens
-		"GATEWAY_JWT_SECRET":    "e2e-secret-e2e-secret-e2e-secret-e2e",
-		"GATEWAY_REDIS_TIMEOUT": "50ms",
-	})
+	e := sqliteEnv(t)
+	e["GATEWAY_REDIS_URL"] = "redis://" + gatewaytest.FreeAddr(t) + "/0" // nothing listens
+	e["GATEWAY_REDIS_TIMEOUT"] = "50ms"
+	p := start(t, e)
 	within(t, 10*time.Second, "a line from the Redis client", func() bool { return strings.Contains(p.Logs(), `"msg":"redis client"`) })
 	for line := range strings.Lines(p.Logs()) {
 		if !json.Valid([]byte(line)) {

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of the gateway on Redis beyond one node: a real local
 // three-node Redis Cluster and a master, replica and sentinel, each started
@@ -19,11 +19,6 @@ import (
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
 
-// listingKeys are the two Redis keys of listing id, number firm-no.
-func listingKeys(prefix string, id, firm, no int64) []string {
-	return []string{fmt.Sprintf("%srealty:id:%d", prefix, id), fmt.Sprintf("%srealty:listing:%d-%d", prefix, firm, no)}
-}
-
 // TestEndToEndRedisCluster runs two gateways and the admin commands on a
 // three-node cluster: a miss writes both keys of a listing, which hash to
 // different slots; an update on one gateway is read back in both forms on
@@ -37,7 +32,7 @@ func TestEndToEndRedisCluster(t *testing.T) {
 		"GATEWAY_REDIS_MODE":             "cluster",
 		"GATEWAY_REDIS_URL":              fmt.Sprintf("redis://%s?addr=%s&addr=%s", addrs[0], addrs[1], addrs[2]),
 		"GATEWAY_REDIS_PREFIX":           prefix,
-		"GATEWAY_JWT_SECRET":             "e2e-secret-e2e-secret-e2e-secret-e2e",
+		"GATEWAY_JWT_SECRET":             e2eSecret,
 		"GATEWAY_LOGIN_ACCOUNT_FAILURES": "4",
 	}
 	w := newWorld(t, e)
@@ -112,7 +107,7 @@ func TestEndToEndRedisSentinel(t *testing.T) {
 		"GATEWAY_REDIS_MODE":   "sentinel",
 		"GATEWAY_REDIS_URL":    fmt.Sprintf("redis://%s?master_name=%s", s.Addr, s.MasterName),
 		"GATEWAY_REDIS_PREFIX": prefix,
-		"GATEWAY_JWT_SECRET":   "e2e-secret-e2e-secret-e2e-secret-e2e",
+		"GATEWAY_JWT_SECRET":   e2eSecret,
 	}
 	w := newWorld(t, e)
 	ctx := context.Background()
