@@ -4,7 +4,7 @@
 // and gauges and
 // counters read from the components' own counters at scrape time, which
 // cost the request path nothing. Metric names are a contract for
-// dashboards and alerts; the README lists them.
+// dashboards and alerts; docs/operating.md lists them.
 //
 // Concurrency: a *Metrics is safe for concurrent use.
 package metrics

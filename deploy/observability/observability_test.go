@@ -405,17 +405,17 @@ func TestDashboardQueriesParse(t *testing.T) {
 }
 
 // TestAlertsAreDocumentedAndTested: every alert has a severity, a
-// summary, a description and a runbook entry in the README's "Dashboards
-// and alerts" section, and alerts_test.yaml has for each alert a case that
-// fires it and one that does not.
+// summary, a description and a runbook entry in docs/operating.md's
+// "Dashboards and alerts" section, and alerts_test.yaml has for each alert
+// a case that fires it and one that does not.
 func TestAlertsAreDocumentedAndTested(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n### Dashboards and alerts\n")
+	_, section, ok := strings.Cut(string(doc), "\n## Dashboards and alerts\n")
 	if !ok {
-		t.Fatal(`README.md has no section "### Dashboards and alerts"`)
+		t.Fatal(`docs/operating.md has no section "## Dashboards and alerts"`)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	alerts := map[string]bool{}
@@ -432,11 +432,11 @@ func TestAlertsAreDocumentedAndTested(t *testing.T) {
 				t.Errorf("%s has no %s", r.Alert, a)
 			}
 		}
-		if want := `README.md, "Dashboards and alerts", ` + r.Alert; r.Annotations["runbook"] != want {
+		if want := `docs/operating.md, "Dashboards and alerts", ` + r.Alert; r.Annotations["runbook"] != want {
 			t.Errorf("%s: runbook %q, want %q", r.Alert, r.Annotations["runbook"], want)
 		}
 		if !strings.Contains(section, "**"+r.Alert+"**") {
-			t.Errorf("README's Dashboards and alerts has no runbook entry **%s**", r.Alert)
+			t.Errorf("docs/operating.md's Dashboards and alerts has no runbook entry **%s**", r.Alert)
 		}
 	}
 
