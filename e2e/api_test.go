@@ -456,7 +456,7 @@ func TestEndToEndEmbeddedSQLiteDefaults(t *testing.T) {
 		APIKey   string `json:"apiKey"`
 		Password string `json:"password"`
 	}
-	credsFile := filepath.Join(dir, "demo-credentials.json") // seed.go: demoCredentialsFile
+	credsFile := filepath.Join(dir, "demo-credentials.json") // internal/demo: CredentialsFile
 	b, err := os.ReadFile(credsFile)
 	if err != nil || json.Unmarshal(b, &seed) != nil || seed.APIKey == "" || seed.Password == "" {
 		t.Fatalf("no demo credentials in %s (%v): %s", credsFile, err, b)

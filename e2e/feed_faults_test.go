@@ -419,7 +419,7 @@ func TestEndToEndFeedSentinelFailover(t *testing.T) {
 			e, _ := postgresEnv(t, pgURL, testenv.RedisAddr(t))
 			e["GATEWAY_REDIS_MODE"] = "sentinel"
 			// A replica whose acknowledgement is slower than the wait may
-			// serve the old version until it arrives (README, the local
+			// serve the old version until it arrives (docs/api.md, the local
 			// tier); on a loaded machine that can take more than the 50 ms
 			// default. This test is about the failover.
 			e["GATEWAY_INVALIDATION_WAIT"] = "1s"

@@ -17,7 +17,7 @@ const (
 
 // Redis names the shared Redis, if any.
 type Redis struct {
-	Mode    string        `yaml:"mode" env:"MODE" help:"single, cluster or sentinel: how redis.url is read (see README, Redis beyond one node)"`
+	Mode    string        `yaml:"mode" env:"MODE" help:"single, cluster or sentinel: how redis.url is read (see docs/operating.md, Redis beyond one node)"`
 	URL     settings.DSN  `yaml:"url" env:"URL" help:"redis://host:port/db; cluster: redis://h1:p1?addr=h2:p2; sentinel: redis://sentinel:26379?master_name=M&addr=s2:26379; empty caches in process"`
 	Prefix  string        `yaml:"prefix" env:"PREFIX" help:"put before every Redis key (tests use it)"`
 	Timeout time.Duration `yaml:"timeout" env:"TIMEOUT" help:"deadline of one Redis operation (dial, read, write, pool wait)"`
