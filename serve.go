@@ -50,7 +50,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		tracer = tp
 	}
 	m := metrics.New()
-	p, err := assemble(ctx, cfg, tracer, m.StoreCall, log)
+	p, err := assemble(ctx, cfg, tracer, m, log)
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	var draining atomic.Bool
 	ready := adminserver.NewReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
 	newMetrics(m, p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, p.revocations, cfg.Cache.LocalBytes, ready)
-	p.srv.Observe(m)
 	adminSrv := adminserver.New(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, p.revocations, m)
 	return listen(ctx, cfg.Server, p.srv, adminSrv, &draining, log)
 }
@@ -95,8 +94,15 @@ type parts struct {
 
 // assemble opens the store and Redis and builds the gateway on them, with
 // every part recording spans of tp's when tp is set, and every store call
-// told to observe when it is set.
-func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, observe func(op, outcome string, d time.Duration), log *slog.Logger) (_ *parts, err error) {
+// and answer reported to m when m is set.
+func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, m *metrics.Metrics, log *slog.Logger) (_ *parts, err error) {
+	var (
+		observeStore func(op, outcome string, d time.Duration)
+		observer     gateway.Observer
+	)
+	if m != nil {
+		observeStore, observer = m.StoreCall, m
+	}
 	p := &parts{}
 	defer func() {
 		if err != nil {
@@ -118,7 +124,7 @@ func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, o
 		}
 	}
 	if p.guarded, err = upstream.NewGuarded(store, cfg.Breaker, cfg.Store.Limits(),
-		upstream.GuardedDeps{Log: log, Observe: observe, Tracer: tp}); err != nil {
+		upstream.GuardedDeps{Log: log, Observe: observeStore, Tracer: tp}); err != nil {
 		return nil, err
 	}
 	if p.rdb, err = platform.OpenRedis(cfg.Redis); err != nil {
@@ -180,7 +186,7 @@ func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, o
 		return nil, err
 	}
 	if p.srv, err = gateway.New(cfg.HTTP, gateway.Deps{Listings: p.listings, Accounts: p.guarded, Limiter: p.limiter, Purger: purger,
-		Revoked: revoked, Log: log, Tracer: tp, RetryAfter: cfg.Breaker.OpenFor, CacheTTL: cfg.Cache.Fresh}); err != nil {
+		Revoked: revoked, Log: log, Tracer: tp, RetryAfter: cfg.Breaker.OpenFor, CacheTTL: cfg.Cache.Fresh, Observer: observer}); err != nil {
 		return nil, err
 	}
 	return p, nil

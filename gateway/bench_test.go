@@ -66,8 +66,8 @@ func BenchmarkView(b *testing.B) {
 		run(b, "/realty/1", auth, 200, false)
 	})
 	b.Run("view hit, Prometheus metrics", func(b *testing.B) {
-		f.srv.Observe(metrics.New())
-		defer f.srv.Observe(nil)
+		f.srv.obs = metrics.New()
+		defer func() { f.srv.obs = nil }()
 		run(b, "/realty/1", auth, 200, false)
 	})
 	b.Run("view hit, tracing on, every request sampled", func(b *testing.B) {

@@ -129,6 +129,8 @@ type Deps struct {
 	// CacheTTL is how long a cached listing is fresh, for the Age of a
 	// stale one: the cache's fresh time.
 	CacheTTL time.Duration
+	// Observer is told every answer; nil: NoObserver.
+	Observer Observer
 }
 
 // Validate reports each dependency that is missing or out of range.
@@ -155,7 +157,7 @@ func (d Deps) Validate() error {
 }
 
 // Server is the HTTP front door: the routes' handlers and the token check.
-// New builds it whole; only the observer may be set later (Observe).
+// New builds it whole.
 type Server struct {
 	// Dependencies, as given to New.
 	cfg      Config
@@ -240,6 +242,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		revoked:             deps.Revoked,
 		log:                 deps.Log,
 		cacheTTL:            deps.CacheTTL,
+		obs:                 deps.Observer,
 		tracer:              tracer,
 		propagator:          propagator,
 		keys:                keys,
@@ -260,9 +263,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		hashing:             newHashing(cfg.Login.HashConcurrency),
 	}, nil
 }
-
-// Observe reports every answer to o. Call it before App.
-func (s *Server) Observe(o Observer) { s.obs = o }
 
 // observer is the Observer, or one that observes nothing.
 func (s *Server) observer() Observer {

@@ -34,7 +34,7 @@ func TestRevokedTokenIsRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t)
 			obs := &countingObserver{}
-			f.srv.Observe(obs)
+			f.srv.obs = obs
 			tok := "Bearer " + f.token(t)
 			other := bearer(t, 2, 3) // firm 2's user
 			if resp, body := f.get(t, "/realty/1", tok); resp.StatusCode != http.StatusOK {
