@@ -121,12 +121,8 @@ func decode(s string) (upstream.Revocation, error) {
 // down are lost. It prunes the store's expired revocations at start and
 // every pruneEvery.
 type Keeper struct {
-	set  *Set
-	src  Source
-	rdb  redis.UniversalClient // nil: the store alone
 	cfg  Config
-	deps Deps
-	log  *slog.Logger
+	deps Deps // Redis nil: the store alone
 	now  func() time.Time
 	// reload asks the poller to read the store now.
 	reload chan struct{}
@@ -149,7 +145,7 @@ func NewKeeper(cfg Config, deps Deps) (*Keeper, error) {
 	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
 		return nil, err
 	}
-	return &Keeper{set: deps.Set, src: deps.Source, rdb: deps.Redis, cfg: cfg, deps: deps, log: deps.Log, now: time.Now,
+	return &Keeper{cfg: cfg, deps: deps, now: time.Now,
 		reload: make(chan struct{}, 1)}, nil
 }
 
@@ -167,7 +163,7 @@ type Stats struct {
 
 // Stats reads the counters.
 func (k *Keeper) Stats() Stats {
-	return Stats{InForce: k.set.Len(), PollFailures: k.pollFailures.Load(), Announced: k.announced.Load(), Subscribed: k.subscribed.Load()}
+	return Stats{InForce: k.deps.Set.Len(), PollFailures: k.pollFailures.Load(), Announced: k.announced.Load(), Subscribed: k.subscribed.Load()}
 }
 
 // Load prunes the store's expired revocations and puts the rest in force.
@@ -186,7 +182,7 @@ func (k *Keeper) Load(ctx context.Context) error {
 // Run keeps the Set up to date until ctx ends, and returns once its
 // subscription is closed too.
 func (k *Keeper) Run(ctx context.Context) {
-	if k.rdb != nil {
+	if k.deps.Redis != nil {
 		var listening sync.WaitGroup
 		defer listening.Wait()
 		listening.Go(func() { k.listen(ctx) })
@@ -209,16 +205,16 @@ func (k *Keeper) Run(ctx context.Context) {
 		case err != nil:
 			k.pollFailures.Add(1)
 			if !failing { // the transition is logged, not every poll
-				k.log.Warn("revocations not read from the store; new ones arrive only through Redis", "err", err)
+				k.deps.Log.Warn("revocations not read from the store; new ones arrive only through Redis", "err", err)
 			}
 		case failing:
-			k.log.Info("revocations read from the store again")
+			k.deps.Log.Info("revocations read from the store again")
 		}
 		failing = err != nil
 		if !failing && k.now().Sub(lastPrune) >= pruneEvery {
 			lastPrune = k.now()
 			if err := k.prune(ctx); err != nil {
-				k.log.Warn("expired revocations not pruned", "err", err)
+				k.deps.Log.Warn("expired revocations not pruned", "err", err)
 			}
 		}
 	}
@@ -229,24 +225,24 @@ func (k *Keeper) poll(ctx context.Context) error {
 	since := k.now().Add(-k.deps.Horizon)
 	ctx, cancel := context.WithTimeout(ctx, k.deps.StoreTimeout)
 	defer cancel()
-	rs, err := k.src.Revocations(ctx, since)
+	rs, err := k.deps.Source.Revocations(ctx, since)
 	if err != nil {
 		return err
 	}
-	k.set.Add(rs...)
-	k.set.Prune(since)
+	k.deps.Set.Add(rs...)
+	k.deps.Set.Prune(since)
 	return nil
 }
 
 func (k *Keeper) prune(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, k.deps.StoreTimeout)
 	defer cancel()
-	n, err := k.src.PruneRevocations(ctx, k.now().Add(-k.deps.Horizon))
+	n, err := k.deps.Source.PruneRevocations(ctx, k.now().Add(-k.deps.Horizon))
 	if err != nil {
 		return fmt.Errorf("prune revocations: %w", err)
 	}
 	if n > 0 {
-		k.log.Info("expired revocations pruned", "count", n)
+		k.deps.Log.Info("expired revocations pruned", "count", n)
 	}
 	return nil
 }
@@ -255,7 +251,7 @@ func (k *Keeper) prune(ctx context.Context) error {
 func (k *Keeper) listen(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		ps := k.rdb.Subscribe(ctx, Channel(k.deps.Prefix))
+		ps := k.deps.Redis.Subscribe(ctx, Channel(k.deps.Prefix))
 		subscribed, err := k.receive(ctx, ps)
 		_ = ps.Close()
 		k.subscribed.Store(false)
@@ -264,10 +260,10 @@ func (k *Keeper) listen(ctx context.Context) {
 		}
 		if subscribed { // the transition is logged, not every retry
 			backoff = 50 * time.Millisecond
-			k.log.Warn("revocation subscription lost; revocations arrive through the store's poll until it is back",
+			k.deps.Log.Warn("revocation subscription lost; revocations arrive through the store's poll until it is back",
 				"poll", k.cfg.Poll.String(), "err", err)
 		} else {
-			k.log.Debug("revocation subscription failed", "err", err)
+			k.deps.Log.Debug("revocation subscription failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -312,12 +308,12 @@ func (k *Keeper) receive(ctx context.Context, ps *redis.PubSub) (subscribed bool
 		case *redis.Message:
 			r, err := decode(m.Payload)
 			if err != nil {
-				k.log.Warn("revocation announcement unreadable; reading the store", "err", err)
+				k.deps.Log.Warn("revocation announcement unreadable; reading the store", "err", err)
 				k.readStore()
 				continue
 			}
 			k.announced.Add(1)
-			k.set.Add(r)
+			k.deps.Set.Add(r)
 		}
 	}
 	return subscribed, ctx.Err()
