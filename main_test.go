@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
 
+	"github.com/realty-gateway/gateway/internal/commands"
 	"github.com/realty-gateway/gateway/internal/config"
 	"github.com/realty-gateway/gateway/internal/settings"
 )
@@ -19,6 +21,32 @@ func TestHelpListsEverySetting(t *testing.T) {
 	for _, s := range settings.Walk(config.Defaults(), config.EnvPrefix) {
 		if !strings.Contains(out.String(), s.Env+" ") {
 			t.Errorf("--help does not list %s", s.Env)
+		}
+	}
+}
+
+// TestHelpListsEveryCommand: --help names every command, and each
+// two-word command is dispatched to its own flags (its -h is not the
+// binary's usage error).
+func TestHelpListsEveryCommand(t *testing.T) {
+	env := map[string]string{"GATEWAY_CONFIG": "/nonexistent"}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, env, nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"serve", "version", "healthcheck", "firm add", "firm rotate-key", "user add", "user disable",
+		"user enable", "token revoke", "listing import", "cdn purge", "cache purge"} {
+		if !strings.Contains(out.String(), "gateway "+cmd) && !strings.Contains(out.String(), "gateway ["+cmd+"]") {
+			t.Errorf("--help does not list %q", cmd)
+		}
+		words := strings.Fields(cmd)
+		if len(words) != 2 {
+			continue
+		}
+		var usage commands.UsageError
+		if err := run(context.Background(), append(words, "-h"), env, strings.NewReader(""), io.Discard, io.Discard); errors.As(err, &usage) &&
+			strings.HasPrefix(string(usage), "usage:\n") {
+			t.Errorf("%s -h: the binary's usage, not the command's flags", cmd)
 		}
 	}
 }
