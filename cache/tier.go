@@ -224,7 +224,7 @@ func NewLocal(cfg Config, deps Deps, opts ...Option) (*Cache, error) {
 	}
 	cfg.Negative = 0
 	c := otter.Must(&otter.Options[string, localValue]{
-		MaximumWeight: uint64(max(cfg.LocalBytes, 1)),
+		MaximumWeight: uint64(cfg.LocalBytes), // positive: checked above
 		Weigher:       func(_ string, v localValue) uint32 { return v.weight },
 		// An entry leaves memory when it expires, not when the byte bound
 		// evicts it.

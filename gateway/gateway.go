@@ -133,8 +133,8 @@ type Deps struct {
 	Observer Observer
 }
 
-// Validate reports each dependency that is missing or out of range.
-func (d Deps) Validate() error {
+// validate reports each dependency that is missing or out of range.
+func (d Deps) validate() error {
 	var errs []error
 	for _, dep := range []struct {
 		name    string
@@ -204,7 +204,7 @@ type Server struct {
 // New validates cfg and deps and builds a Server on them. It hashes one
 // random password for the dummy verification of unknown accounts.
 func New(cfg Config, deps Deps) (*Server, error) {
-	if err := errors.Join(cfg.Validate(), deps.Validate()); err != nil {
+	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	keys, err := cfg.JWT.SigningKeys()
