@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/realty-gateway/gateway/internal/faultproxy"
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -44,6 +46,9 @@ func newSource(ls ...upstream.Listing) *source {
 // can hold a fill that has read an old version.
 func (s *source) find(ctx context.Context, match func(upstream.Listing) bool) (upstream.Listing, error) {
 	s.calls.Add(1)
+	if err := ctx.Err(); err != nil { // as a database client refuses to start
+		return upstream.Listing{}, err
+	}
 	s.mu.Lock()
 	gate, err := s.gate, s.err
 	found, ok := upstream.Listing{}, false
@@ -496,14 +501,16 @@ func cacheKinds(t *testing.T) []cacheKind {
 	}
 }
 
-func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
-	// A listener that accepts and never answers: every Redis operation
-	// runs into its own timeout.
+// blackhole listens on a free port, accepts and never answers, as a Redis
+// stopped by SIGSTOP or cut off by a silent partition does: every
+// operation runs into its own timeout.
+func blackhole(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -513,7 +520,11 @@ func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 		}
 	}()
-	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true,
+	return ln.Addr().String()
+}
+
+func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: blackhole(t), MaxRetries: -1, ContextTimeoutEnabled: true,
 		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, DialTimeout: 50 * time.Millisecond})
 	defer rdb.Close()
 	src := newSource(listing(3, 1, 1, true))
@@ -525,6 +536,79 @@ func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
 	e, err := c.Get(ctx, ByID(3))
 	if err != nil || e.State != Miss {
 		t.Fatalf("state %v, err %v; want MISS from the store within the deadline", e.State, err)
+	}
+}
+
+// TestFrozenRedisCostsOneTimeoutPerOperation: Redis stops answering
+// (SIGSTOP, a silent partition) under concurrent misses. Each Redis read,
+// auto-pipelined, must end at its own timeout like any other operation,
+// so that every read is served from the store within a few timeouts, and
+// within the load's budget. Before, a read waited for its pipeline's batch
+// up to ten timeouts, and a second look that did so made its load fail
+// (the fault suite's rare 503 while Redis was paused).
+func TestFrozenRedisCostsOneTimeoutPerOperation(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	proxy := faultproxy.New(t, testenv.RedisAddr(t))
+	// As the gateway's client is set up: one retry, every wait bounded.
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 1, ContextTimeoutEnabled: true,
+		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout, PoolTimeout: timeout})
+	defer rdb.Close()
+	var ls []upstream.Listing
+	for id := range int64(64) {
+		ls = append(ls, listing(id+1, 1, id+1, true))
+	}
+	src := newSource(ls...)
+	deps := testDeps(src, testenv.RandomName("t")+":")
+	// What the gateway allows a load: the store's timeout (here 5 Redis
+	// timeouts, as in the fault suite) and one Redis timeout for each of a
+	// second look and the writes, with one to spare.
+	deps.LoadTimeout = 5*timeout + 3*timeout
+	cfg := testConfig()
+	cfg.LocalBytes = 0 // every read asks Redis
+	c := must(t)(NewRedis(rdb, timeout, cfg, deps))
+	// The pipeline's connection is up when Redis stops answering.
+	if _, err := c.Get(context.Background(), ByID(1)); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Freeze()
+	defer proxy.Thaw()
+
+	// Long enough for the breaker to open, let a probe through after its
+	// second, and open again. The store answers at once, so a read costs
+	// what its Redis operations cost: a look, a second look and the
+	// writes, each at most one timeout.
+	var (
+		mu    sync.Mutex
+		worst time.Duration
+		wg    sync.WaitGroup
+	)
+	errs := make(chan error, len(ls))
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); {
+		for _, l := range ls {
+			wg.Go(func() {
+				start := time.Now()
+				_, err := c.Get(context.Background(), ByNumber(1, l.No))
+				took := time.Since(start)
+				mu.Lock()
+				worst = max(worst, took)
+				mu.Unlock()
+				if err != nil {
+					select {
+					case errs <- fmt.Errorf("listing %d after %v: %w", l.ID, took, err):
+					default:
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("the slowest read took %v", worst)
+	if worst > 4*timeout {
+		t.Errorf("the slowest read took %v, more than its three Redis operations' timeouts and one to spare (%v)", worst, 4*timeout)
 	}
 }
 

@@ -43,10 +43,12 @@ return 1
 type redisTier struct {
 	rdb redis.UniversalClient
 	// reads is rdb's auto-pipeline where the client has one (single,
-	// sentinel, cluster): concurrent reads share round trips. It does not
-	// end a command at its context's deadline; the client's read and write
-	// timeouts bound it instead (see main's redis settings).
-	reads   getter
+	// sentinel, cluster), nil elsewhere: concurrent reads share round
+	// trips. Its deferred face, so that a caller stops waiting at its
+	// context's deadline: a queued command itself honours no deadline, and
+	// behind a frozen Redis the blocking face's wait was seen to last 9
+	// times the client's read timeout.
+	reads   *redis.AutoPipeliner
 	timeout time.Duration
 	cb      *gobreaker.CircuitBreaker[[]byte]
 	// fault is told of every failed operation: Redis may have missed a
@@ -95,38 +97,47 @@ func (t *redisTier) do(ctx context.Context, op func(context.Context) ([]byte, er
 	return b, err
 }
 
-// getter reads one key.
-type getter interface {
-	Get(ctx context.Context, key string) *redis.StringCmd
-}
-
-// readsOf returns rdb's auto-pipeline (go-redis's own; the blocking face,
-// one ordered stream of batches), or rdb where it has none.
-func readsOf(rdb redis.UniversalClient) getter {
+// readsOf returns rdb's auto-pipeline (go-redis's own, its deferred
+// face), or nil where the client has none.
+func readsOf(rdb redis.UniversalClient) *redis.AutoPipeliner {
 	var (
 		ap  *redis.AutoPipeliner
 		err error
 	)
 	switch c := rdb.(type) {
 	case *redis.Client:
-		ap, err = c.AutoPipeline()
+		ap, err = c.AsyncAutoPipeline()
 	case *redis.ClusterClient:
-		ap, err = c.AutoPipeline()
+		ap, err = c.AsyncAutoPipeline()
 	}
-	if ap == nil || err != nil {
-		return rdb
+	if err != nil {
+		return nil
 	}
 	return ap
 }
 
 func (t *redisTier) get(ctx context.Context, name string) ([]byte, error) {
 	return t.do(ctx, func(ctx context.Context) ([]byte, error) {
-		b, err := t.reads.Get(ctx, name).Bytes()
+		b, err := t.read(ctx, name)
 		if errors.Is(err, redis.Nil) {
 			return nil, nil
 		}
 		return b, err
 	})
+}
+
+// read GETs name, in a shared round trip where it can, and returns by
+// ctx's deadline whatever Redis does. A command abandoned there still runs
+// in its batch; nothing reads its result.
+func (t *redisTier) read(ctx context.Context, name string) ([]byte, error) {
+	if t.reads == nil {
+		return t.rdb.Get(ctx, name).Bytes()
+	}
+	cmd := redis.NewStringCmd(ctx, "get", name)
+	if err := t.reads.Submit(ctx, cmd).WaitContext(ctx); err != nil {
+		return nil, err
+	}
+	return cmd.Bytes()
 }
 
 func (t *redisTier) set(ctx context.Context, name string, r record, ttl time.Duration) error {

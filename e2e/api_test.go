@@ -22,7 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/realty-gateway/gateway/internal/gatewaytest"
+	"github.com/realty-gateway/gateway/internal/faultproxy"
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
 
@@ -305,7 +305,7 @@ func TestEndToEndStaleOr503WhileStoreIsDown(t *testing.T) {
 	w := newWorld(t, e)
 	coldCache(t, prefix)
 
-	pgProxy := gatewaytest.NewProxy(t, "127.0.0.1:5432")
+	pgProxy := faultproxy.New(t, "127.0.0.1:5432")
 	e["GATEWAY_STORE_URL"] = strings.Replace(pgURL, "127.0.0.1:5432", pgProxy.Addr(), 1)
 	e["GATEWAY_CACHE_TTL"] = "1s"
 	e["GATEWAY_BREAKER_OPEN_FOR"] = "1s"
@@ -358,8 +358,8 @@ func TestEndToEndReadyzFlips(t *testing.T) {
 	pgURL := testenv.PostgresURL(t)
 	e, _ := postgresEnv(t, pgURL, testenv.RedisAddr(t))
 	w := newWorld(t, e)
-	pgProxy := gatewaytest.NewProxy(t, "127.0.0.1:5432")
-	redisProxy := gatewaytest.NewProxy(t, testenv.RedisAddr(t))
+	pgProxy := faultproxy.New(t, "127.0.0.1:5432")
+	redisProxy := faultproxy.New(t, testenv.RedisAddr(t))
 	e["GATEWAY_STORE_URL"] = strings.Replace(pgURL, "127.0.0.1:5432", pgProxy.Addr(), 1)
 	e["GATEWAY_REDIS_URL"] = "redis://" + redisProxy.Addr() + "/0"
 	e["GATEWAY_BREAKER_OPEN_FOR"] = "1s"
@@ -408,7 +408,7 @@ func TestEndToEndReadsWhileRedisIsStopped(t *testing.T) {
 	e, prefix := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
 	w := newWorld(t, e)
 	coldCache(t, prefix)
-	redisProxy := gatewaytest.NewProxy(t, testenv.RedisAddr(t))
+	redisProxy := faultproxy.New(t, testenv.RedisAddr(t))
 	e["GATEWAY_REDIS_URL"] = "redis://" + redisProxy.Addr() + "/0"
 	// Without the local tier, so that every read meets the stopped Redis;
 	// the local tier's own outage rules are TestEndToEndLocalTier*'s.

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/realty-gateway/gateway/internal/faultproxy"
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
@@ -142,7 +143,7 @@ func TestEndToEndFeedConsumerKilledMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(context.Background())
-	slow := gatewaytest.NewProxy(t, testenv.RedisAddr(t))
+	slow := faultproxy.New(t, testenv.RedisAddr(t))
 	eA := maps.Clone(e)
 	eA["GATEWAY_REDIS_URL"] = "redis://" + slow.Addr() + "/0"
 	eA["GATEWAY_REDIS_TIMEOUT"] = "2s" // slow, not failing
@@ -187,7 +188,7 @@ func TestEndToEndFeedSilentPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(context.Background())
-	frozen := gatewaytest.NewProxy(t, "127.0.0.1:5432")
+	frozen := faultproxy.New(t, "127.0.0.1:5432")
 	t.Cleanup(frozen.Thaw)
 	eA := maps.Clone(e)
 	eA["GATEWAY_STORE_URL"] = strings.Replace(pgURL, "127.0.0.1:5432", frozen.Addr(), 1)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/realty-gateway/gateway/internal/faultproxy"
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
@@ -422,7 +423,7 @@ func TestEndToEndFeedOwnWritesNotRepeated(t *testing.T) {
 func TestEndToEndFeedWriterCutOffFromRedis(t *testing.T) {
 	fw := newFeedWorld(t, 1, nil) // gateway 1: the consumer and the reader
 	reader := fw.gws[0]
-	cut := gatewaytest.NewProxy(t, testenv.RedisAddr(t))
+	cut := faultproxy.New(t, testenv.RedisAddr(t))
 	e := maps.Clone(fw.env)
 	e["GATEWAY_REDIS_URL"] = "redis://" + cut.Addr() + "/0"
 	writer := start(t, e)

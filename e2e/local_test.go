@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/realty-gateway/gateway/internal/gatewaytest"
+	"github.com/realty-gateway/gateway/internal/faultproxy"
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
 
@@ -144,7 +144,7 @@ func TestEndToEndInvalidationLatency(t *testing.T) {
 func TestEndToEndLocalTierRedisUnreachable(t *testing.T) {
 	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
 	w := newWorld(t, e)
-	proxy := gatewaytest.NewProxy(t, testenv.RedisAddr(t))
+	proxy := faultproxy.New(t, testenv.RedisAddr(t))
 	cut := maps.Clone(e)
 	cut["GATEWAY_REDIS_URL"] = "redis://" + proxy.Addr() + "/0"
 	writer, reader := start(t, maps.Clone(e)), start(t, cut)

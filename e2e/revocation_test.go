@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/realty-gateway/gateway/internal/gatewaytest"
+	"github.com/realty-gateway/gateway/internal/faultproxy"
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/revocation"
 	"github.com/realty-gateway/gateway/upstream/postgres"
@@ -305,9 +305,9 @@ func TestEndToEndTokenRevokeOneUser(t *testing.T) {
 // default, 2 s), plus one store read. When Redis is back, announcements
 // flow again.
 func TestEndToEndRevocationWithRedisDown(t *testing.T) {
-	var redisProxy *gatewaytest.Proxy
+	var redisProxy *faultproxy.Proxy
 	f := newFleet(t, func(e environment) {
-		redisProxy = gatewaytest.NewProxy(t, testenv.RedisAddr(t))
+		redisProxy = faultproxy.New(t, testenv.RedisAddr(t))
 		e["GATEWAY_REDIS_URL"] = "redis://" + redisProxy.Addr() + "/0"
 	})
 	poll := revocation.DefaultConfig().Poll

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/realty-gateway/gateway/internal/faultproxy"
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
@@ -35,7 +36,7 @@ type edge struct {
 	bin                     string
 	env                     map[string]string
 	varnish                 string // base URL
-	purgeProxy, originProxy *gatewaytest.Proxy
+	purgeProxy, originProxy *faultproxy.Proxy
 	owner, other            string // tokens: the listings' firm, another firm
 	ownerKey                string // the listings' firm's API key
 	firm                    int64
@@ -57,7 +58,7 @@ func startEdge(t *testing.T) *edge {
 	e := &edge{client: &http.Client{Timeout: 10 * time.Second}}
 	varnishAddr := gatewaytest.FreeAddr(t)
 	e.varnish = "http://" + varnishAddr
-	e.purgeProxy = gatewaytest.NewProxy(t, varnishAddr)
+	e.purgeProxy = faultproxy.New(t, varnishAddr)
 	prefix := testenv.RandomName("cdn") + ":"
 	env := map[string]string{
 		"GATEWAY_DATA_DIR":           t.TempDir(),
@@ -91,7 +92,7 @@ func startEdge(t *testing.T) *edge {
 	gatewaytest.Admin(t, bin, env, listings, "listing", "import", "-")
 	e.gw = gatewaytest.Start(t, bin, env)
 	e.bin, e.env = bin, env
-	e.originProxy = gatewaytest.NewProxy(t, strings.TrimPrefix(e.gw.Base, "http://"))
+	e.originProxy = faultproxy.New(t, strings.TrimPrefix(e.gw.Base, "http://"))
 	e.ownerKey = f["apiKey"].(string)
 	e.owner = e.token(t, e.ownerKey, "a@edge.example")
 	e.other = e.token(t, f2["apiKey"].(string), "b@other.example")

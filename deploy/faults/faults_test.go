@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/realty-gateway/gateway/internal/faultproxy"
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
@@ -47,14 +48,14 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("built the gateway in %v", time.Since(began).Round(time.Millisecond))
-	proxy := gatewaytest.NewProxy(t, rs.addr)
+	proxy := faultproxy.New(t, rs.addr)
 	// The store is reached through a proxy too, only so that phase h can
 	// slow it: then requests are in flight when the listener closes.
 	storeURL, err := url.Parse(db.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgProxy := gatewaytest.NewProxy(t, storeURL.Host)
+	pgProxy := faultproxy.New(t, storeURL.Host)
 	storeURL.Host = pgProxy.Addr()
 	prefix := testenv.RandomName("faults") + ":"
 	env := map[string]string{
@@ -123,8 +124,8 @@ func TestFaults(t *testing.T) {
 type suite struct {
 	w       *world
 	rs      *redisServer
-	proxy   *gatewaytest.Proxy // in front of Redis
-	pgProxy *gatewaytest.Proxy // in front of PostgreSQL
+	proxy   *faultproxy.Proxy // in front of Redis
+	pgProxy *faultproxy.Proxy // in front of PostgreSQL
 	db      *postgresDB
 }
 

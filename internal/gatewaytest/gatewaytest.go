@@ -1,14 +1,13 @@
 // Package gatewaytest owns the harness that tests use to meet the gateway
 // as a client would: it builds the binary from the module root, runs it on
 // free ports and waits for readiness, runs its admin subcommands, reads its
-// /stats, and puts TCP proxies in front of its dependencies so that a test
-// can cut them, bring them back on the same address, or slow them down.
-// A Process or a Proxy belongs to the test that created it and is shut down
-// in that test's Cleanup.
+// /stats. (Faults in its dependencies are package faultproxy's.) A Process
+// belongs to the test that created it and is shut down in that test's
+// Cleanup.
 //
-// Concurrency: Build, Start, Admin and NewProxy may be called from parallel
-// tests. The methods of Process and Proxy are safe for concurrent use, so a
-// load generator may use a Process while another goroutine injects a fault.
+// Concurrency: Build, Start and Admin may be called from parallel tests.
+// The methods of Process are safe for concurrent use, so a load generator
+// may use a Process while another goroutine injects a fault.
 package gatewaytest
 
 import (

@@ -1,4 +1,11 @@
-package gatewaytest
+// Package faultproxy forwards TCP connections to a dependency that a test
+// can take away, bring back, slow down or silence, so that tests of any
+// package can put a real Redis or PostgreSQL behind faults. It imports
+// nothing of the gateway's, so the packages it tests can use it. A Proxy
+// belongs to the test that created it and is shut down in its Cleanup.
+//
+// Concurrency: a *Proxy's methods are safe for concurrent use.
+package faultproxy
 
 import (
 	"net"
@@ -24,9 +31,9 @@ type Proxy struct {
 	conns map[net.Conn]struct{}
 }
 
-// NewProxy listens on a free 127.0.0.1 port and forwards to target until
+// New listens on a free 127.0.0.1 port and forwards to target until
 // the test ends.
-func NewProxy(t testing.TB, target string) *Proxy {
+func New(t testing.TB, target string) *Proxy {
 	t.Helper()
 	p := &Proxy{target: target, conns: map[net.Conn]struct{}{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
