@@ -86,8 +86,8 @@ func TestEndToEndMemoryLimit(t *testing.T) {
 			if len(got) != 1 || !slices.Contains(tt.want, got[0]["msg"].(string)) {
 				t.Fatalf("memory limit lines %v; want one of %q", got, tt.want)
 			}
-			if got[0]["msg"] == "memory limit from the local tier's budget" && got[0]["bytes"] != float64(32<<20+64<<20) {
-				t.Fatalf("limit %v; want the 32 MiB budget + 64 MiB", got[0]["bytes"])
+			if got[0]["msg"] == "memory limit from the local tier's budget" && got[0]["bytes"] != float64(32<<20+48<<20) {
+				t.Fatalf("limit %v; want the 32 MiB budget + 48 MiB", got[0]["bytes"])
 			}
 		})
 	}

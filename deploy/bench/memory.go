@@ -203,18 +203,23 @@ func (l *lab) walk(ctx context.Context, s *server, from, to int) (reads, failed,
 					atomic.AddInt64(&failed, 1)
 					continue
 				}
-				b, _ := io.Copy(io.Discard, resp.Body)
+				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				atomic.AddInt64(&reads, 1)
-				atomic.AddInt64(&bytes, b)
+				atomic.AddInt64(&bytes, int64(len(body)))
 				if resp.StatusCode != http.StatusOK {
+					errOnce.CompareAndSwap(nil, fmt.Errorf("listing %d: status %d: %.300s", id, resp.StatusCode, body))
 					atomic.AddInt64(&failed, 1)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if e, ok := errOnce.Load().(error); ok && failed > int64(to-from+1)/100 {
+	e, ok := errOnce.Load().(error)
+	if ok {
+		log.Printf("walk through %s: %d of %d reads failed, the first: %v", s.name, failed, reads, e)
+	}
+	if ok && failed > int64(to-from+1)/100 {
 		return reads, failed, bytes, fmt.Errorf("walk through %s: %d failed: %w", s.name, failed, e)
 	}
 	return reads, failed, bytes, ctx.Err()

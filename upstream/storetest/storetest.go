@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 		{"DeleteListing", testDeleteListing},
 		{"DeleteKeepsIDs", testDeleteKeepsIDs},
 		{"ConcurrentUpdates", testConcurrentUpdates},
+		{"ConcurrentResponses", testConcurrentResponses},
 		{"CanceledContext", testCanceledContext},
 	}
 	for _, tt := range suite {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"time"
 
@@ -48,7 +49,24 @@ type Store struct {
 	e Engine
 	// selectForUpdate reads the listing that an update replaces.
 	selectForUpdate string
+	// byID and byNumber merge concurrent reads of responses into shared
+	// queries.
+	byID     *batcher[int64]
+	byNumber *batcher[number]
+	// idsQuery and numbersQuery read a batch whose IN list is 2^i long.
+	idsQuery, numbersQuery [batchSizes]string
 }
+
+// number is a listing's number within its firm.
+type number struct{ firmID, no int64 }
+
+// batchSlots is how many queries of responses run at once before reads
+// wait to share one; maxBatch is how many one query reads at most.
+const (
+	batchSlots = 4
+	maxBatch   = 1 << (batchSizes - 1)
+	batchSizes = 7
+)
 
 // New returns the Store of an engine. Its schema must be up to date: see
 // Migrate.
@@ -60,7 +78,14 @@ func New(e Engine) *Store {
 	if e.RowLock != "" {
 		query += " " + e.RowLock
 	}
-	return &Store{e: e, selectForUpdate: query}
+	s := &Store{e: e, selectForUpdate: query}
+	for i := range batchSizes {
+		s.idsQuery[i] = `SELECT ` + encodedColumns + ` FROM listings WHERE id IN (` + placeholders(1<<i, 1) + `) AND NOT deleted`
+		s.numbersQuery[i] = `SELECT ` + encodedColumns + ` FROM listings WHERE (firm_id, no) IN (` + placeholders(1<<i, 2) + `) AND NOT deleted`
+	}
+	s.byID = &batcher[int64]{slots: batchSlots, maxKeys: maxBatch, one: s.encodedByID, many: s.encodedByIDs}
+	s.byNumber = &batcher[number]{slots: batchSlots, maxKeys: maxBatch, one: s.encodedByNumber, many: s.encodedByNumbers}
+	return s
 }
 
 func (s *Store) ListingByID(ctx context.Context, id int64) (upstream.Listing, error) {
@@ -82,8 +107,7 @@ func (s *Store) ListingByNumber(ctx context.Context, firmID, no int64) (upstream
 }
 
 func (s *Store) EncodedByID(ctx context.Context, id int64) (upstream.Encoded, error) {
-	e, err := s.encoded(ctx, s.e.Lookups.QueryRow(ctx,
-		`SELECT `+encodedColumns+` FROM listings WHERE id = $1 AND NOT deleted`, id))
+	e, err := s.byID.get(ctx, id)
 	if err != nil {
 		return upstream.Encoded{}, fmt.Errorf("listing %d: %w", id, err)
 	}
@@ -91,8 +115,7 @@ func (s *Store) EncodedByID(ctx context.Context, id int64) (upstream.Encoded, er
 }
 
 func (s *Store) EncodedByNumber(ctx context.Context, firmID, no int64) (upstream.Encoded, error) {
-	e, err := s.encoded(ctx, s.e.Lookups.QueryRow(ctx,
-		`SELECT `+encodedColumns+` FROM listings WHERE firm_id = $1 AND no = $2 AND NOT deleted`, firmID, no))
+	e, err := s.byNumber.get(ctx, number{firmID, no})
 	if err != nil {
 		return upstream.Encoded{}, fmt.Errorf("listing %s: %w", upstream.ListingNumber(firmID, no), err)
 	}
@@ -107,25 +130,137 @@ const encodedColumns = `id, firm_id, no, firm_user_id, is_active, revision,
 	CASE WHEN body_revision = revision THEN etag END,
 	CASE WHEN body_revision = revision THEN NULL ELSE document END`
 
-// encoded reads a row of encodedColumns. A row without a current body (an
+func (s *Store) encodedByID(ctx context.Context, id int64) (upstream.Encoded, error) {
+	r, err := scanEncoded(s.e.Lookups.QueryRow(ctx, `SELECT `+encodedColumns+` FROM listings WHERE id = $1 AND NOT deleted`, id))
+	if err != nil {
+		return upstream.Encoded{}, notFound(err)
+	}
+	return s.encode(ctx, r)
+}
+
+func (s *Store) encodedByNumber(ctx context.Context, k number) (upstream.Encoded, error) {
+	r, err := scanEncoded(s.e.Lookups.QueryRow(ctx,
+		`SELECT `+encodedColumns+` FROM listings WHERE firm_id = $1 AND no = $2 AND NOT deleted`, k.firmID, k.no))
+	if err != nil {
+		return upstream.Encoded{}, notFound(err)
+	}
+	return s.encode(ctx, r)
+}
+
+// encodedByIDs reads the responses of several listings in one query.
+func (s *Store) encodedByIDs(ctx context.Context, ids []int64) (map[int64]answer, error) {
+	size := listSize(len(ids))
+	n := 1 << size
+	args := make([]any, n)
+	for i := range n {
+		args[i] = ids[min(i, len(ids)-1)] // the list is padded with repeats
+	}
+	found := make(map[int64]answer, len(ids))
+	err := s.encodedRows(ctx, s.idsQuery[size], args,
+		func(c columns, a answer) { found[c.id] = a })
+	return found, err
+}
+
+// encodedByNumbers reads the responses of several listings, by number, in
+// one query.
+func (s *Store) encodedByNumbers(ctx context.Context, ks []number) (map[number]answer, error) {
+	size := listSize(len(ks))
+	n := 1 << size
+	args := make([]any, 0, 2*n)
+	for i := range n {
+		k := ks[min(i, len(ks)-1)]
+		args = append(args, k.firmID, k.no)
+	}
+	found := make(map[number]answer, len(ks))
+	err := s.encodedRows(ctx, s.numbersQuery[size], args,
+		func(c columns, a answer) { found[number{c.firmID, c.no}] = a })
+	return found, err
+}
+
+// encodedRows reads every row of query, then puts each row's response, or
+// the error of a row whose document does not decode. It encodes rows
+// without a current body once the rows are closed, as that may store the
+// body.
+func (s *Store) encodedRows(ctx context.Context, query string, args []any, put func(columns, answer)) error {
+	rows, err := s.e.DB.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	var rs []encodedRow
+	for rows.Next() {
+		r, err := scanEncoded(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		rs = append(rs, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, r := range rs {
+		e, err := s.encode(ctx, r)
+		put(r.c, answer{e, err})
+	}
+	return nil
+}
+
+// listSize is i where 2^i is the length of the IN list that holds n keys:
+// a power of two, so that each engine prepares a handful of statements,
+// not one per length.
+func listSize(n int) int {
+	return bits.Len(uint(n - 1))
+}
+
+// placeholders returns n items of width parameters each, numbered from $1:
+// "$1, $2" or "($1, $2), ($3, $4)".
+func placeholders(n, width int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if width > 1 {
+			b.WriteByte('(')
+		}
+		for j := range width {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "$%d", i*width+j+1)
+		}
+		if width > 1 {
+			b.WriteByte(')')
+		}
+	}
+	return b.String()
+}
+
+// encodedRow is a row of encodedColumns.
+type encodedRow struct {
+	c         columns
+	body, doc []byte
+	etag      *string
+}
+
+func scanEncoded(row Row) (encodedRow, error) {
+	var r encodedRow
+	err := row.Scan(&r.c.id, &r.c.firmID, &r.c.no, &r.c.firmUserID, &r.c.active, &r.c.revision, &r.body, &r.etag, &r.doc)
+	return r, err
+}
+
+// encode returns a row's response. A row without a current body (an
 // import before bodies were kept, a write by another writer) is encoded
 // from its document and columns, and the body stored for the next read,
 // under the revision it was made from: the statement names no column that
 // the change feed's triggers watch, so it records no change.
-func (s *Store) encoded(ctx context.Context, row Row) (upstream.Encoded, error) {
-	var (
-		c         columns
-		body, doc []byte
-		etag      *string
-	)
-	if err := row.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &body, &etag, &doc); err != nil {
-		return upstream.Encoded{}, notFound(err)
+func (s *Store) encode(ctx context.Context, r encodedRow) (upstream.Encoded, error) {
+	if r.body != nil && r.etag != nil {
+		return upstream.Encoded{ID: r.c.id, FirmID: r.c.firmID, No: r.c.no, Revision: r.c.revision, Active: r.c.active,
+			Body: r.body, ETag: []byte(*r.etag)}, nil
 	}
-	if body != nil && etag != nil {
-		return upstream.Encoded{ID: c.id, FirmID: c.firmID, No: c.no, Revision: c.revision, Active: c.active,
-			Body: body, ETag: []byte(*etag)}, nil
-	}
-	l, err := c.listing(doc)
+	l, err := r.c.listing(r.doc)
 	if err != nil {
 		return upstream.Encoded{}, err
 	}
