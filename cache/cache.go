@@ -160,7 +160,8 @@ type Deps struct {
 	// "cache singleflight", the leader's load its child, and each read of
 	// the shared tier as "cache get".
 	Tracer trace.TracerProvider
-	// LoadTimeout bounds one shared miss: second look, store call, writes.
+	// LoadTimeout bounds one shared miss: second look (at Redis when there
+	// is no local tier), store call, writes.
 	LoadTimeout time.Duration
 	// Prefix is put before every key: Redis's key prefix.
 	Prefix string
@@ -281,12 +282,13 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		gen = c.front.generation()
 	}
 	name := k.name(c.prefix)
-	if r, ok := c.lookup(ctx, k, name); ok && c.servable(k, r) {
-		e, err := cached(r, name)
+	looked, found := c.lookup(ctx, k, name)
+	if found && c.servable(k, looked) {
+		e, err := cached(looked, name)
 		if err == nil {
 			c.counts.hits.Add(1)
 			c.counts.tierHits.Add(1)
-			c.keep(k, r, gen)
+			c.keep(k, looked, gen)
 		} else {
 			c.counts.negative.Add(1)
 		}
@@ -297,7 +299,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	load := func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.loadTimeout)
 		defer cancel()
-		return c.load(ctx, k, name)
+		return c.load(ctx, k, name, looked, found)
 	}
 	var ch <-chan singleflight.Result
 	if c.RedisTrusted() {
@@ -318,6 +320,11 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 			return Entry{}, res.Err
 		}
 		l := res.Val.(loaded)
+		if l.local {
+			c.counts.hits.Add(1)
+			c.counts.localHits.Add(1)
+			return l.e, nil
+		}
 		switch l.state {
 		case Hit:
 			c.counts.hits.Add(1)
@@ -369,10 +376,13 @@ func (c *Cache) tierGet(ctx context.Context, name string) ([]byte, error) {
 	return b, err
 }
 
-// loaded is what a shared load found.
+// loaded is what a shared load found: a record, or (local) the local
+// tier's entry.
 type loaded struct {
 	r     record
 	state State
+	local bool
+	e     Entry
 }
 
 // keep puts a fresh record into the front tier, if there is one.
@@ -382,14 +392,27 @@ func (c *Cache) keep(k Key, r record, gen uint64) {
 	}
 }
 
-// load runs once per key at a time.
-func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
-	prev, found := c.lookup(ctx, k, name)
-	if found && c.servable(k, prev) {
-		if _, err := cached(prev, name); err != nil {
-			return loaded{}, err
+// load runs once per key at a time. prev and found are the leader's look
+// at the tier, which a failing store falls back on.
+//
+// Inside the flight it looks again, for a flight that ended since the
+// leader's look: at the local tier, which keeps what flights load, so the
+// look costs no round trip; without one, at Redis. (A listing found
+// missing is not kept locally, so a miss on an absent listing that races
+// another's flight may read the store once more.)
+func (c *Cache) load(ctx context.Context, k Key, name string, prev record, found bool) (loaded, error) {
+	if c.front != nil {
+		if e, ok := c.front.get(k, c.now()); ok {
+			return loaded{local: true, e: e}, nil
 		}
-		return loaded{prev, Hit}, nil
+	} else if r, ok := c.lookup(ctx, k, name); ok {
+		prev, found = r, true
+		if c.servable(k, r) {
+			if _, err := cached(r, name); err != nil {
+				return loaded{}, err
+			}
+			return loaded{r: r, state: Hit}, nil
+		}
 	}
 
 	c.counts.storeLoads.Add(1)
@@ -407,7 +430,7 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 	case err != nil:
 		if found && prev.kind != kindAbsent {
 			c.log.DebugContext(ctx, "serving stale listing", "key", name, "err", err)
-			return loaded{prev, Stale}, nil
+			return loaded{r: prev, state: Stale}, nil
 		}
 		return loaded{}, err
 	}
@@ -415,7 +438,7 @@ func (c *Cache) load(ctx context.Context, k Key, name string) (loaded, error) {
 	r := c.recordOfEncoded(e)
 	names := [2]string{ByID(e.ID).name(c.prefix), ByNumber(e.FirmID, e.No).name(c.prefix)}
 	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, names[:]...)
-	return loaded{r, Miss}, nil
+	return loaded{r: r, state: Miss}, nil
 }
 
 // TierBreakerState is the state of the Redis tier's breaker; closed

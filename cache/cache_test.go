@@ -529,7 +529,8 @@ func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
 	defer rdb.Close()
 	src := newSource(listing(3, 1, 1, true))
 	c := must(t)(NewRedis(rdb, 50*time.Millisecond, testConfig(), testDeps(src, "")))
-	// Four Redis operations (look, look again, two writes) of 50ms each
+	// Redis operations (a look, and a look again when there is no local
+	// tier, two writes) of 50ms each
 	// fit the request's deadline; a lost timeout would not.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -641,6 +642,56 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		r.pipelines = append(r.pipelines, names)
 		r.mu.Unlock()
 		return next(ctx, cmds)
+	}
+}
+
+// TestMissLooksAtRedisOnceWithALocalTier: inside its flight a miss looks
+// again for a flight that ended meanwhile, at the local tier where there is
+// one (no round trip), else at Redis: a miss sends one GET with a local
+// tier and two without, and reads the store once either way.
+func TestMissLooksAtRedisOnceWithALocalTier(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		localBytes int64
+		wantGETs   int
+	}{
+		{"local tier", 1 << 20, 1},
+		{"no local tier", 0, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rdb, prefix := redisFor(t)
+			trips := &roundTrips{}
+			rdb.AddHook(trips)
+			cfg := testConfig()
+			cfg.LocalBytes = tt.localBytes
+			src := newSource(listing(42, 7, 3, true))
+			c := must(t)(NewRedis(rdb, time.Second, cfg, testDeps(src, prefix)))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go c.Run(ctx)
+			<-c.Subscribed()
+			trips.mu.Lock()
+			trips.commands = nil
+			trips.mu.Unlock()
+
+			if e, err := c.Get(ctx, ByID(42)); err != nil || e.State != Miss {
+				t.Fatalf("Get = %v, %v; want a MISS", e.State, err)
+			}
+			trips.mu.Lock()
+			gets := 0
+			for _, name := range trips.commands {
+				if name == "get" {
+					gets++
+				}
+			}
+			trips.mu.Unlock()
+			if gets != tt.wantGETs {
+				t.Errorf("a miss sent %d GETs (%v); want %d", gets, trips.commands, tt.wantGETs)
+			}
+			if n := src.calls.Load(); n != 1 {
+				t.Errorf("%d store reads; want 1", n)
+			}
+		})
 	}
 }
 
