@@ -164,7 +164,6 @@ func TestTraceSpanTrees(t *testing.T) {
   cache local hit=false
   cache get
   cache singleflight
-    cache get
     store listing_by_id
       postgres
     redis

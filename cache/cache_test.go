@@ -576,8 +576,8 @@ func TestFrozenRedisCostsOneTimeoutPerOperation(t *testing.T) {
 
 	// Long enough for the breaker to open, let a probe through after its
 	// second, and open again. The store answers at once, so a read costs
-	// what its Redis operations cost: a look, a second look and the
-	// writes, each at most one timeout.
+	// what its Redis operations cost: a look, a second look (no local
+	// tier) and the writes, each at most one timeout.
 	var (
 		mu    sync.Mutex
 		worst time.Duration
@@ -607,9 +607,11 @@ func TestFrozenRedisCostsOneTimeoutPerOperation(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	// Three Redis timeouts, and as much again for a loaded machine: before,
+	// the slowest read took 8.5 to 14 timeouts.
 	t.Logf("the slowest read took %v", worst)
-	if worst > 4*timeout {
-		t.Errorf("the slowest read took %v, more than its three Redis operations' timeouts and one to spare (%v)", worst, 4*timeout)
+	if worst > 6*timeout {
+		t.Errorf("the slowest read took %v, more than twice its three Redis operations' timeouts (%v)", worst, 6*timeout)
 	}
 }
 
