@@ -85,9 +85,7 @@ func TestTraceSpanTrees(t *testing.T) {
 	prefix := testenv.RandomName("trace") + ":"
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() {
-		if keys, _ := rdb.Keys(context.Background(), prefix+"*").Result(); len(keys) > 0 {
-			rdb.Del(context.Background(), keys...)
-		}
+		_ = testenv.DeleteKeys(context.Background(), rdb, prefix+"*")
 		rdb.Close()
 	})
 	cfg, err := config.Load(map[string]string{

@@ -299,7 +299,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	load := func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.loadTimeout)
 		defer cancel()
-		return c.load(ctx, k, name, looked, found)
+		return c.load(ctx, k, name, looked, found, gen)
 	}
 	var ch <-chan singleflight.Result
 	if c.RedisTrusted() {
@@ -393,15 +393,17 @@ func (c *Cache) keep(k Key, r record, gen uint64) {
 }
 
 // load runs once per key at a time. prev and found are the leader's look
-// at the tier, which a failing store falls back on.
+// at the tier, which a failing store falls back on; gen is the local
+// tier's generation before that look.
 //
 // Inside the flight it looks again, for a flight that ended since the
-// leader's look: at the local tier, which keeps what flights load, so the
-// look costs no round trip; without one, at Redis. (A listing found
-// missing is not kept locally, so a miss on an absent listing that races
-// another's flight may read the store once more.)
-func (c *Cache) load(ctx context.Context, k Key, name string, prev record, found bool) (loaded, error) {
-	if c.front != nil {
+// leader's look: at the local tier while it serves, as a flight puts what
+// it loaded there before it ends, so the look costs no round trip; else at
+// Redis. (A listing found missing is not kept locally, so a miss on an
+// absent listing that races another's flight may read the store once
+// more.)
+func (c *Cache) load(ctx context.Context, k Key, name string, prev record, found bool, gen uint64) (loaded, error) {
+	if c.front != nil && c.front.serving() {
 		if e, ok := c.front.get(k, c.now()); ok {
 			return loaded{local: true, e: e}, nil
 		}
@@ -438,6 +440,7 @@ func (c *Cache) load(ctx context.Context, k Key, name string, prev record, found
 	r := c.recordOfEncoded(e)
 	names := [2]string{ByID(e.ID).name(c.prefix), ByNumber(e.FirmID, e.No).name(c.prefix)}
 	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, names[:]...)
+	c.keep(k, r, gen) // before the flight ends: the next flight's second look
 	return loaded{r: r, state: Miss}, nil
 }
 

@@ -152,8 +152,8 @@ func TestApplyTellsOtherGateways(t *testing.T) {
 	ctx := context.Background()
 	src := newSource(listing(1, 7, 3, true))
 	rdb, prefix := redisFor(t)
-	consumer := must(t)(NewRedis(rdb, 100*time.Millisecond, testConfig(), testDeps(src, prefix)))
-	other := must(t)(NewRedis(rdb, 100*time.Millisecond, testConfig(), testDeps(src, prefix)))
+	consumer := must(t)(NewRedis(rdb, testRedisTimeout, testConfig(), testDeps(src, prefix)))
+	other := must(t)(NewRedis(rdb, testRedisTimeout, testConfig(), testDeps(src, prefix)))
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -261,7 +261,7 @@ func TestRedisTrustedOnlyWhenTheFeedVouches(t *testing.T) {
 	rdb, prefix := redisFor(t)
 	cfg := testConfig()
 	cfg.LocalBytes = 0 // every read looks at Redis
-	warm := must(t)(NewRedis(rdb, 100*time.Millisecond, cfg, testDeps(src, prefix)))
+	warm := must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix)))
 	for _, k := range []Key{ByID(1), ByID(2)} {
 		if _, err := warm.Get(ctx, k); err != nil {
 			t.Fatal(err)
@@ -273,7 +273,7 @@ func TestRedisTrustedOnlyWhenTheFeedVouches(t *testing.T) {
 	}
 
 	fv := &feedView{settled: map[string][]upstream.Settled{}, position: upstream.FeedPosition{RedisIdentity: "another redis", LastSeq: 10}}
-	c := must(t)(NewRedis(rdb, 100*time.Millisecond, cfg, testDeps(src, prefix), WithFeed(fv)))
+	c := must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix), WithFeed(fv)))
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -353,7 +353,7 @@ func TestRedisDistrustedOnTrouble(t *testing.T) {
 		t.Fatal(err)
 	}
 	fv := &feedView{settled: map[string][]upstream.Settled{}, position: upstream.FeedPosition{RedisIdentity: id}, caughtUp: true}
-	c := must(t)(NewRedis(rdb, 100*time.Millisecond, cfg, testDeps(src, prefix), WithFeed(fv)))
+	c := must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix), WithFeed(fv)))
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -428,7 +428,7 @@ func TestUnpublishedWriteWaitsForTheFeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	fv := &feedView{settled: map[string][]upstream.Settled{}, position: upstream.FeedPosition{RedisIdentity: id}, caughtUp: true}
-	c := must(t)(NewRedis(rdb, 100*time.Millisecond, cfg, testDeps(src, prefix), WithFeed(fv)))
+	c := must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix), WithFeed(fv)))
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()

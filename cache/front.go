@@ -80,6 +80,10 @@ func (f *front) get(k Key, now time.Time) (Entry, bool) {
 	return fe.entry, true
 }
 
+// serving reports whether the tier answers reads (it does once the
+// invalidations that keep it coherent are subscribed).
+func (f *front) serving() bool { return f.enabled.Load() }
+
 // generation is taken before a read whose result may be put.
 func (f *front) generation() uint64 { return f.gen.Load() }
 

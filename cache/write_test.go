@@ -149,7 +149,7 @@ func failingWriter(t *testing.T, src *source) (writer *Cache, tier *failingWrite
 	writer, rdb, prefix := newRedisCache(t, src)
 	tier = &failingWrites{tier: writer.tier}
 	writer.tier = tier
-	return writer, tier, must(t)(NewRedis(rdb, 100*time.Millisecond, testConfig(), testDeps(src, prefix))), prefix
+	return writer, tier, must(t)(NewRedis(rdb, testRedisTimeout, testConfig(), testDeps(src, prefix))), prefix
 }
 
 // TestFailedPublishNeverServesTheOldVersion: a write whose publish fails

@@ -107,9 +107,7 @@ func deleteKeys(t *testing.T, prefix string) {
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	defer rdb.Close()
 	ctx := context.Background()
-	if keys, _ := rdb.Keys(ctx, prefix+"*").Result(); len(keys) > 0 {
-		rdb.Del(ctx, keys...)
-	}
+	_ = testenv.DeleteKeys(ctx, rdb, prefix+"*")
 }
 
 // coldCache removes the keys that the import published, so that reads

@@ -88,9 +88,7 @@ func TestAccountLimitCannotBeRaced(t *testing.T) {
 			prefix := testenv.RandomName("gwtest") + ":"
 			t.Cleanup(func() {
 				ctx := context.Background()
-				if keys, _ := rdb.Keys(ctx, "rate:"+prefix+"*").Result(); len(keys) > 0 {
-					rdb.Del(ctx, keys...)
-				}
+				_ = testenv.DeleteKeys(ctx, rdb, "rate:"+prefix+"*")
 				rdb.Close()
 			})
 			l, err := ratelimit.New(rdb, prefix, time.Second, slog.New(slog.DiscardHandler))

@@ -60,9 +60,7 @@ func redisClient(t *testing.T, addr string) (*redis.Client, string) {
 	prefix := testenv.RandomName("rl") + ":"
 	t.Cleanup(func() {
 		ctx := context.Background()
-		if keys, _ := rdb.Keys(ctx, "rate:"+prefix+"*").Result(); len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
+		_ = testenv.DeleteKeys(ctx, rdb, "rate:"+prefix+"*")
 		rdb.Close()
 	})
 	return rdb, prefix

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // to mark the embedded store's feed done
 )
 
@@ -349,13 +350,31 @@ func listingsJSON(from, to int, photos func(int) int) string {
 // flushRedis removes the run's keys, so that reads start cold.
 func (l *lab) flushRedis(ctx context.Context) error { return l.flushPrefix(ctx, l.prefix) }
 
-// flushPrefix removes the keys under prefix.
+// flushPrefix removes the keys under prefix. (It used redis-cli --scan
+// --count, which Debian's redis-cli 7.0 refuses; the pipeline hid the
+// error, and runs left millions of keys behind.)
 func (l *lab) flushPrefix(ctx context.Context, prefix string) error {
-	cmd := exec.CommandContext(ctx, "sh", "-c", fmt.Sprintf(
-		"redis-cli -h %s -p %s --scan --count 1000 --pattern '%s*' | xargs -r -n 1000 redis-cli -h %s -p %s UNLINK >/dev/null",
-		hostOf(l.redisAddr), portOf(l.redisAddr), prefix, hostOf(l.redisAddr), portOf(l.redisAddr)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("flush Redis: %w\n%s", err, out)
+	rdb := redis.NewClient(&redis.Options{Addr: l.redisAddr})
+	defer rdb.Close()
+	keys := make([]string, 0, 1000)
+	unlink := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		err := rdb.Unlink(ctx, keys...).Err()
+		keys = keys[:0]
+		return err
+	}
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if keys = append(keys, iter.Val()); len(keys) == cap(keys) {
+			if err := unlink(); err != nil {
+				return fmt.Errorf("flush Redis: %w", err)
+			}
+		}
+	}
+	if err := errors.Join(iter.Err(), unlink()); err != nil {
+		return fmt.Errorf("flush Redis: %w", err)
 	}
 	return nil
 }

@@ -240,9 +240,7 @@ func scrapeLiveGateway(t *testing.T) map[string]bool {
 		rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 		defer rdb.Close()
 		ctx := context.Background()
-		if keys, _ := rdb.Keys(ctx, prefix+"*").Result(); len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
+		_ = testenv.DeleteKeys(ctx, rdb, prefix+"*")
 	})
 	env := map[string]string{
 		"GATEWAY_DATA_DIR":               t.TempDir(),
