@@ -334,10 +334,7 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		default:
 			c.counts.misses.Add(1)
 		}
-		if l.state != Stale {
-			c.keep(k, l.r, gen)
-		}
-		return l.r.entry(l.state), nil
+		return l.r.entry(l.state), nil // the flight kept it locally
 	}
 }
 
@@ -413,6 +410,7 @@ func (c *Cache) load(ctx context.Context, k Key, name string, prev record, found
 			if _, err := cached(r, name); err != nil {
 				return loaded{}, err
 			}
+			c.keep(k, r, gen)
 			return loaded{r: r, state: Hit}, nil
 		}
 	}
@@ -440,7 +438,9 @@ func (c *Cache) load(ctx context.Context, k Key, name string, prev record, found
 	r := c.recordOfEncoded(e)
 	names := [2]string{ByID(e.ID).name(c.prefix), ByNumber(e.FirmID, e.No).name(c.prefix)}
 	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, names[:]...)
-	c.keep(k, r, gen) // before the flight ends: the next flight's second look
+	// Once per flight, under the leader's generation, and before the flight
+	// ends: the next flight's second look finds it.
+	c.keep(k, r, gen)
 	return loaded{r: r, state: Miss}, nil
 }
 

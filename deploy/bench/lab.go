@@ -24,6 +24,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // to mark the embedded store's feed done
+
+	"github.com/realty-gateway/gateway/internal/testenv"
 )
 
 const jwtSecret = "bench-secret-bench-secret-bench-secret"
@@ -350,30 +352,11 @@ func listingsJSON(from, to int, photos func(int) int) string {
 // flushRedis removes the run's keys, so that reads start cold.
 func (l *lab) flushRedis(ctx context.Context) error { return l.flushPrefix(ctx, l.prefix) }
 
-// flushPrefix removes the keys under prefix. (It used redis-cli --scan
-// --count, which Debian's redis-cli 7.0 refuses; the pipeline hid the
-// error, and runs left millions of keys behind.)
+// flushPrefix removes the keys under prefix.
 func (l *lab) flushPrefix(ctx context.Context, prefix string) error {
 	rdb := redis.NewClient(&redis.Options{Addr: l.redisAddr})
 	defer rdb.Close()
-	keys := make([]string, 0, 1000)
-	unlink := func() error {
-		if len(keys) == 0 {
-			return nil
-		}
-		err := rdb.Unlink(ctx, keys...).Err()
-		keys = keys[:0]
-		return err
-	}
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		if keys = append(keys, iter.Val()); len(keys) == cap(keys) {
-			if err := unlink(); err != nil {
-				return fmt.Errorf("flush Redis: %w", err)
-			}
-		}
-	}
-	if err := errors.Join(iter.Err(), unlink()); err != nil {
+	if err := testenv.DeleteKeys(ctx, rdb, prefix+"*"); err != nil {
 		return fmt.Errorf("flush Redis: %w", err)
 	}
 	return nil
