@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -218,14 +219,25 @@ func (p *parts) close() {
 // in-flight requests are drained for up to ShutdownTimeout.
 func listen(ctx context.Context, cfg config.Server, srv *gateway.Server, admin *http.Server, draining *atomic.Bool, log *slog.Logger) error {
 	app := srv.App()
+	public, err := net.Listen(app.Config().Network, cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("public listener: %w", err)
+	}
+	private, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		public.Close()
+		return fmt.Errorf("admin listener: %w", err)
+	}
 	errc := make(chan error, 2)
-	go func() { errc <- app.Listen(cfg.Addr) }()
+	go func() { errc <- app.Listener(public) }()
 	go func() {
-		if err := admin.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		if err := admin.Serve(private); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("admin listener: %w", err)
 		}
 	}()
-	log.Info("gateway listening", "addr", cfg.Addr, "admin", cfg.AdminAddr)
+	// The bound addresses, so that port 0 (a port the kernel picks) can be
+	// found in the log.
+	log.Info("gateway listening", "addr", public.Addr().String(), "admin", private.Addr().String())
 
 	select {
 	case err := <-errc:

@@ -35,9 +35,11 @@ type Process struct {
 	err  error // set before done is closed
 }
 
-// Start runs bin with env on free ports for GATEWAY_ADDR and
-// GATEWAY_ADMIN_ADDR (env itself is not modified) and waits up to 20 s for
-// /readyz to answer 204. In t.Cleanup it sends SIGTERM and waits for the
+// Start runs bin with env, GATEWAY_ADDR and GATEWAY_ADMIN_ADDR on port 0
+// (env itself is not modified), reads the ports the kernel picked from the
+// "gateway listening" log line and waits up to 20 s for /readyz to answer
+// 204. Picking a free port beforehand races with every other socket on the
+// machine; port 0 does not. The line is logged at level info. In t.Cleanup it sends SIGTERM and waits for the
 // exit (killing after 30 s); when the test failed it logs the gateway's
 // output, clipped to its first 16 KiB and last 48 KiB.
 func Start(t testing.TB, bin string, env map[string]string) *Process {
@@ -46,12 +48,11 @@ func Start(t testing.TB, bin string, env map[string]string) *Process {
 	if env == nil {
 		env = map[string]string{}
 	}
-	addr, adminAddr := FreeAddr(t), FreeAddr(t)
-	env["GATEWAY_ADDR"], env["GATEWAY_ADMIN_ADDR"] = addr, adminAddr
+	env["GATEWAY_ADDR"], env["GATEWAY_ADMIN_ADDR"] = "127.0.0.1:0", "127.0.0.1:0"
 	cmd := exec.Command(bin)
 	cmd.Env = Environ(env)
 	cmd.Dir = env["GATEWAY_DATA_DIR"]
-	p := &Process{Base: "http://" + addr, AdminBase: "http://" + adminAddr, Env: env, cmd: cmd, done: make(chan struct{})}
+	p := &Process{Env: env, cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &p.logs, &p.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -75,14 +76,7 @@ func Start(t testing.TB, bin string, env map[string]string) *Process {
 
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := client.Get(p.AdminBase + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
-				return p
-			}
-		}
+	for !p.ready(client) {
 		select {
 		case <-p.done:
 			t.Fatalf("gateway exited before it was ready (%v):\n%s", p.err, p.Logs())
@@ -93,6 +87,39 @@ func Start(t testing.TB, bin string, env map[string]string) *Process {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return p
+}
+
+// ready reports whether the process logged its listeners and its /readyz
+// answers 204; it fills in Base, AdminBase and Env's addresses once they
+// are logged.
+func (p *Process) ready(client *http.Client) bool {
+	if p.Base == "" {
+		public, admin, ok := listening(p.Logs())
+		if !ok {
+			return false
+		}
+		p.Base, p.AdminBase = "http://"+public, "http://"+admin
+		p.Env["GATEWAY_ADDR"], p.Env["GATEWAY_ADMIN_ADDR"] = public, admin
+	}
+	resp, err := client.Get(p.AdminBase + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusNoContent
+}
+
+// listening finds the "gateway listening" line in logs and returns the
+// addresses it names.
+func listening(logs string) (public, admin string, ok bool) {
+	for line := range strings.Lines(logs) {
+		var l struct{ Msg, Addr, Admin string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "gateway listening" && l.Addr != "" && l.Admin != "" {
+			return l.Addr, l.Admin, true
+		}
+	}
+	return "", "", false
 }
 
 // Logs returns everything the process wrote to stdout and stderr so far.
