@@ -135,9 +135,11 @@ func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, m
 		// Command arguments stay out of spans: they hold whole listings.
 		// Dials happen in the pool's own time, outside any request, and so
 		// do the checks of Redis's identity and size (the change feed's).
-		// The cache's reads are auto-pipelined: a batch serves many
-		// requests, so its spans (and its connections' handshakes) belong
-		// to none; the cache records each read as "cache get" instead.
+		// The cache's reads and a miss's fills are auto-pipelined: a batch
+		// serves many requests, so its spans (and its connections'
+		// handshakes) belong to none; the cache records each as "cache
+		// get" and "cache set" instead. (The change feed's batches of
+		// guarded sets, background work, go too.)
 		background := func(cmd redis.Cmder) bool {
 			switch cmd.Name() {
 			case "info", "dbsize", "get", "hello", "client":
@@ -146,7 +148,7 @@ func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, m
 			return false
 		}
 		autoPipelined := func(cmds []redis.Cmder) bool {
-			return !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !background(c) })
+			return !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !background(c) && c.Name() != "evalsha" })
 		}
 		if err := redisotel.InstrumentTracing(p.rdb, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false),
 			redisotel.WithDialFilter(true), redisotel.WithCommandFilter(background), redisotel.WithCommandsFilter(autoPipelined)); err != nil {

@@ -164,7 +164,7 @@ func TestTraceSpanTrees(t *testing.T) {
   cache singleflight
     store listing_by_id
       postgres
-    redis
+    cache set
 `,
 		},
 		{

@@ -373,6 +373,21 @@ func (c *Cache) tierGet(ctx context.Context, name string) ([]byte, error) {
 	return b, err
 }
 
+// tierSetEach writes r under names through mt, in a span "cache set" when
+// tracing is on: like reads, these writes are auto-pipelined.
+func (c *Cache) tierSetEach(ctx context.Context, mt multiSetter, names []string, r record, ttl time.Duration) []error {
+	if c.tracer == nil {
+		return mt.setEach(ctx, names, r, ttl)
+	}
+	ctx, span := c.tracer.Start(ctx, "cache set")
+	defer span.End()
+	errs := mt.setEach(ctx, names, r, ttl)
+	if slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		span.SetStatus(codes.Error, "tier write failed")
+	}
+	return errs
+}
+
 // loaded is what a shared load found: a record, or (local) the local
 // tier's entry.
 type loaded struct {
@@ -615,7 +630,7 @@ func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, names
 	})
 	errs := make([]error, len(names))
 	if mt, ok := c.tier.(multiSetter); ok && len(names) > 1 {
-		errs = mt.setEach(ctx, names, r, ttl)
+		errs = c.tierSetEach(ctx, mt, names, r, ttl)
 	} else {
 		for i, name := range names {
 			errs[i] = c.tier.set(ctx, name, r, ttl)

@@ -749,6 +749,97 @@ func TestMissWritesBothKeysInOnePipeline(t *testing.T) {
 	}
 }
 
+// TestConcurrentMissesShareRoundTrips: misses of different listings that
+// fill Redis at once share round trips (go-redis's auto-pipeline), where
+// each used to send a pipeline of its own.
+func TestConcurrentMissesShareRoundTrips(t *testing.T) {
+	const misses = 16
+	rdb, prefix := redisFor(t)
+	trips := &roundTrips{}
+	rdb.AddHook(trips)
+	cfg := testConfig()
+	cfg.LocalBytes = 0
+	var ls []upstream.Listing
+	for i := range int64(misses) {
+		ls = append(ls, listing(100+i, 7, 1+i, true))
+	}
+	src := newSource(ls...)
+	src.gate = make(chan struct{})
+	c := must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix)))
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, misses)
+	for _, l := range ls {
+		wg.Go(func() {
+			_, err := c.Get(ctx, ByID(l.ID))
+			errs <- err
+		})
+	}
+	testenv.WaitFor(t, func() bool { return src.calls.Load() == misses })
+	close(src.gate) // the fills start together
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	fills, sets := 0, 0
+	trips.mu.Lock()
+	for _, p := range trips.pipelines {
+		if n := len(slices.DeleteFunc(slices.Clone(p), func(name string) bool { return name != "evalsha" })); n > 0 {
+			fills++
+			sets += n
+		}
+	}
+	trips.mu.Unlock()
+	if sets != 2*misses {
+		t.Fatalf("%d guarded sets in pipelines; want %d", sets, 2*misses)
+	}
+	t.Logf("%d misses filled Redis in %d round trips", misses, fills)
+	if fills >= misses {
+		t.Errorf("%d misses filled Redis in %d round trips; want fewer, shared", misses, fills)
+	}
+	for _, l := range ls {
+		if n, err := rdb.Exists(ctx, ByID(l.ID).name(prefix), ByNumber(l.FirmID, l.No).name(prefix)).Result(); err != nil || n != 2 {
+			t.Fatalf("listing %d: %d of its keys written (%v)", l.ID, n, err)
+		}
+	}
+}
+
+// TestGuardedSetsSurviveAScriptFlush: where Redis lost the guarded set's
+// script (a restart, SCRIPT FLUSH, a failover), a fill loads it again and
+// writes, through the shared pipeline (both keys of a listing) and on its
+// own (an absent listing's one key).
+func TestGuardedSetsSurviveAScriptFlush(t *testing.T) {
+	rdb, prefix := redisFor(t)
+	cfg := testConfig()
+	cfg.LocalBytes = 0
+	c := must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(newSource(listing(42, 7, 3, true)), prefix)))
+	ctx := context.Background()
+	for _, tt := range []struct {
+		key  Key
+		want []string
+	}{
+		{ByID(42), []string{ByID(42).name(prefix), ByNumber(7, 3).name(prefix)}},
+		{ByID(43), []string{ByID(43).name(prefix)}},
+	} {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(ctx, tt.key); err != nil && !errors.Is(err, upstream.ErrNotFound) {
+			t.Fatal(err)
+		}
+		if n, err := rdb.Exists(ctx, tt.want...).Result(); err != nil || n != int64(len(tt.want)) {
+			t.Errorf("after a miss of %+v, %d of %v exist (%v)", tt.key, n, tt.want, err)
+		}
+	}
+	if s := c.Stats(); s.TierErrors != 0 {
+		t.Errorf("%d tier errors; want none", s.TierErrors)
+	}
+}
+
 func TestTierHitsCountRedisHits(t *testing.T) {
 	src := newSource(listing(42, 7, 3, true))
 	c, _, _ := newRedisCache(t, src) // not subscribed: no local tier

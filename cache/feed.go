@@ -187,46 +187,19 @@ func (c *Cache) writeKeys(ctx context.Context, writes []keyWrite) []error {
 	return errs
 }
 
-// writeEach runs every write's script in one pipeline (EVALSHA, then EVAL
-// where Redis lacks the script). Each key is its own command, so keys may
-// live in different Cluster slots.
+// writeEach runs every write's script in one pipeline of its own (see
+// runEach). Each key is its own command, so keys may live in different
+// Cluster slots.
 func (t *redisTier) writeEach(ctx context.Context, writes []keyWrite) []error {
-	errs := make([]error, len(writes))
-	_, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
-		run := func(sha bool) error {
-			cmds := make([]*redis.Cmd, len(writes))
-			_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i, w := range writes {
-					script, args := guardedSet, []any{w.value.encode(), w.value.revision, w.ttl.Milliseconds()}
-					if w.ifCached {
-						script = refreshOrFloor
-						args = append(args, w.floor.encode(), time.Until(time.UnixMilli(w.floor.freshUntil)).Milliseconds())
-					}
-					if sha {
-						cmds[i] = script.EvalSha(ctx, p, []string{w.name}, args...)
-					} else {
-						cmds[i] = script.Eval(ctx, p, []string{w.name}, args...)
-					}
-				}
-				return nil
-			})
-			for i, cmd := range cmds {
-				errs[i] = cmd.Err()
-			}
-			return err
-		}
-		err := run(true)
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			err = run(false)
-		}
-		return nil, err
-	})
-	for i := range errs {
-		if errs[i] == nil && err != nil {
-			errs[i] = err
+	calls := make([]scriptCall, len(writes))
+	for i, w := range writes {
+		calls[i] = scriptCall{script: guardedSet, key: w.name, args: []any{w.value.encode(), w.value.revision, w.ttl.Milliseconds()}}
+		if w.ifCached {
+			calls[i].script = refreshOrFloor
+			calls[i].args = append(calls[i].args, w.floor.encode(), time.Until(time.UnixMilli(w.floor.freshUntil)).Milliseconds())
 		}
 	}
-	return errs
+	return t.runEach(ctx, nil, calls)
 }
 
 // write applies one key write to the in-process tier.

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,13 +43,18 @@ return 1
 // tests whether it is back.
 type redisTier struct {
 	rdb redis.UniversalClient
-	// reads is rdb's auto-pipeline where the client has one (single,
-	// sentinel, cluster), nil elsewhere: concurrent reads share round
-	// trips. Its deferred face, so that a caller stops waiting at its
-	// context's deadline: a queued command itself honours no deadline, and
-	// behind a frozen Redis the blocking face's wait was seen to last 9
-	// times the client's read timeout.
-	reads   *redis.AutoPipeliner
+	// pipe is rdb's auto-pipeline where the client has one (single,
+	// sentinel, cluster), nil elsewhere: concurrent reads and guarded
+	// writes share round trips. Its deferred face, so that a caller stops
+	// waiting at its context's deadline: a queued command itself honours
+	// no deadline, and behind a frozen Redis the blocking face's wait was
+	// seen to last 9 times the client's read timeout. A command abandoned
+	// so may still run later, as one already written to a plain
+	// connection may; the caller counts it a fault (do), so Redis is
+	// distrusted until the change feed has replayed what it may have
+	// missed, and the revision guard keeps a late write from replacing a
+	// newer record.
+	pipe    *redis.AutoPipeliner
 	timeout time.Duration
 	cb      *gobreaker.CircuitBreaker[[]byte]
 	// fault is told of every failed operation: Redis may have missed a
@@ -73,7 +79,7 @@ func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, de
 		return nil, err
 	}
 	cb := gobreaker.NewCircuitBreaker[[]byte](breaker.FastFail("redis", deps.Log))
-	t := &redisTier{rdb: rdb, reads: readsOf(rdb), timeout: opTimeout, cb: cb}
+	t := &redisTier{rdb: rdb, pipe: pipeOf(rdb), timeout: opTimeout, cb: cb}
 	c := newCache(t, cfg, deps, opts)
 	t.fault = c.trust.distrust
 	if cfg.LocalBytes > 0 {
@@ -97,9 +103,9 @@ func (t *redisTier) do(ctx context.Context, op func(context.Context) ([]byte, er
 	return b, err
 }
 
-// readsOf returns rdb's auto-pipeline (go-redis's own, its deferred
+// pipeOf returns rdb's auto-pipeline (go-redis's own, its deferred
 // face), or nil where the client has none.
-func readsOf(rdb redis.UniversalClient) *redis.AutoPipeliner {
+func pipeOf(rdb redis.UniversalClient) *redis.AutoPipeliner {
 	var (
 		ap  *redis.AutoPipeliner
 		err error
@@ -130,21 +136,22 @@ func (t *redisTier) get(ctx context.Context, name string) ([]byte, error) {
 // ctx's deadline whatever Redis does. A command abandoned there still runs
 // in its batch; nothing reads its result.
 func (t *redisTier) read(ctx context.Context, name string) ([]byte, error) {
-	if t.reads == nil {
+	if t.pipe == nil {
 		return t.rdb.Get(ctx, name).Bytes()
 	}
 	cmd := redis.NewStringCmd(ctx, "get", name)
-	if err := t.reads.Submit(ctx, cmd).WaitContext(ctx); err != nil {
+	if err := t.pipe.Submit(ctx, cmd).WaitContext(ctx); err != nil {
 		return nil, err
 	}
 	return cmd.Bytes()
 }
 
+// set writes one key on its own connection: a write's publication waits
+// for it, and a refused connection fails there sooner than in the shared
+// pipeline.
 func (t *redisTier) set(ctx context.Context, name string, r record, ttl time.Duration) error {
-	_, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
-		return nil, guardedSet.Run(ctx, t.rdb, []string{name}, r.encode(), r.revision, ttl.Milliseconds()).Err()
-	})
-	return err
+	call := scriptCall{script: guardedSet, key: name, args: []any{r.encode(), r.revision, ttl.Milliseconds()}}
+	return t.runEach(ctx, nil, []scriptCall{call})[0]
 }
 
 // multiSetter is a tier that writes several keys in one round trip.
@@ -152,41 +159,105 @@ type multiSetter interface {
 	setEach(ctx context.Context, names []string, r record, ttl time.Duration) []error
 }
 
-// setEach writes r under each name in one pipeline, each key through the
-// one-key guarded script, so the keys may live in different Cluster
-// slots. It sends the script's digest, and the script itself only where
-// Redis does not hold it yet.
+// setEach writes r under each name through the one-key guarded script, so
+// the keys may live in different Cluster slots. A miss fills its keys so,
+// sharing round trips with other requests' reads and fills.
 func (t *redisTier) setEach(ctx context.Context, names []string, r record, ttl time.Duration) []error {
-	errs := make([]error, len(names))
-	value := r.encode()
+	args := []any{r.encode(), r.revision, ttl.Milliseconds()}
+	calls := make([]scriptCall, len(names))
+	for i, name := range names {
+		calls[i] = scriptCall{script: guardedSet, key: name, args: args}
+	}
+	return t.runEach(ctx, t.pipe, calls)
+}
+
+// scriptCall is one run of a one-key script.
+type scriptCall struct {
+	script *redis.Script
+	key    string
+	args   []any
+}
+
+// runEach runs every call under the breaker and the operation timeout, by
+// the script's digest, and once more after loading the script where Redis
+// lacks it: through pipe where it is not nil, else in one pipeline of its
+// own. One error per call; the first one counts for the breaker.
+func (t *redisTier) runEach(ctx context.Context, pipe *redis.AutoPipeliner, calls []scriptCall) []error {
+	var errs []error
 	_, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
-		run := func(eval func(p redis.Pipeliner, name string) *redis.Cmd) error {
-			cmds := make([]*redis.Cmd, len(names))
-			_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i, name := range names {
-					cmds[i] = eval(p, name)
-				}
-				return nil
-			})
-			for i, cmd := range cmds {
-				errs[i] = cmd.Err()
+		errs = t.send(ctx, pipe, calls)
+		var again []scriptCall
+		var at []int
+		for i, err := range errs {
+			if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+				continue
 			}
-			return err
+			if !slices.ContainsFunc(again, func(c scriptCall) bool { return c.script == calls[i].script }) {
+				if err := calls[i].script.Load(ctx, t.rdb).Err(); err != nil {
+					return nil, err
+				}
+			}
+			again, at = append(again, calls[i]), append(at, i)
 		}
-		err := run(func(p redis.Pipeliner, name string) *redis.Cmd {
-			return guardedSet.EvalSha(ctx, p, []string{name}, value, r.revision, ttl.Milliseconds())
-		})
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			err = run(func(p redis.Pipeliner, name string) *redis.Cmd {
-				return guardedSet.Eval(ctx, p, []string{name}, value, r.revision, ttl.Milliseconds())
-			})
+		if len(again) > 0 {
+			for j, err := range t.send(ctx, pipe, again) {
+				errs[at[j]] = err
+			}
 		}
-		return nil, err
+		for _, err := range errs {
+			if err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
 	})
+	if errs == nil { // the breaker refused
+		errs = make([]error, len(calls))
+	}
 	for i := range errs {
 		if errs[i] == nil && err != nil {
-			errs[i] = err // the breaker refused, or the pipeline failed whole
+			errs[i] = err
 		}
+	}
+	return errs
+}
+
+// send runs each call's EVALSHA through pipe, sharing round trips with
+// other callers' commands, or without pipe in one pipeline of its own, and
+// returns by ctx's deadline with what Redis answered.
+func (t *redisTier) send(ctx context.Context, pipe *redis.AutoPipeliner, calls []scriptCall) []error {
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		args := make([]any, 0, 4+len(c.args))
+		args = append(args, "evalsha", c.script.Hash(), 1, c.key)
+		cmds[i] = redis.NewCmd(ctx, append(args, c.args...)...)
+		cmds[i].SetFirstKeyPos(3)
+	}
+	errs := make([]error, len(cmds))
+	switch {
+	case pipe == nil && len(cmds) == 1:
+		// Not a pipeline of one: go-redis's pipeline path takes twice as
+		// long to give up on a refused connection.
+		errs[0] = t.rdb.Process(ctx, cmds[0])
+		return errs
+	case pipe == nil:
+		_, _ = t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, cmd := range cmds {
+				_ = p.Process(ctx, cmd)
+			}
+			return nil
+		})
+		for i, cmd := range cmds {
+			errs[i] = cmd.Err()
+		}
+		return errs
+	}
+	futures := make([]redis.AutoFuture, len(cmds))
+	for i, cmd := range cmds {
+		futures[i] = pipe.Submit(ctx, cmd)
+	}
+	for i, f := range futures {
+		errs[i] = f.WaitContext(ctx)
 	}
 	return errs
 }
