@@ -337,15 +337,7 @@ func TestRedisDistrustedOnTrouble(t *testing.T) {
 	src := newSource(listing(1, 7, 3, true))
 	_, prefix := redisFor(t) // removes the test's keys at the end
 	var down atomic.Bool
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if down.Load() {
-				return nil, errors.New("redis cut off")
-			}
-			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			return cutOff{conn, &down}, err
-		}})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := cutOffRedis(t, &down)
 	cfg := testConfig()
 	cfg.LocalBytes = 0
 	id, err := redisIdentity(ctx, rdb)
@@ -403,6 +395,23 @@ func (c cutOff) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// cutOffRedis is a client of the test Redis whose connections, old and
+// new, fail while down is set. One dial per attempt: go-redis's default of
+// five, 100 ms apart, made each operation cost 0.4 s while cut off, and a
+// write's four of them sometimes outlasted its test's wait.
+func cutOffRedis(t *testing.T, down *atomic.Bool) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if down.Load() {
+				return nil, errors.New("redis cut off")
+			}
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			return cutOff{conn, down}, err
+		}})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
 // TestUnpublishedWriteWaitsForTheFeed: a write that Redis failed does not
 // return until the change feed has applied it (another gateway that trusts
 // Redis would serve the old version meanwhile), and returns after
@@ -412,15 +421,7 @@ func TestUnpublishedWriteWaitsForTheFeed(t *testing.T) {
 	src := newSource(listing(1, 7, 3, true))
 	_, prefix := redisFor(t)
 	var down atomic.Bool
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if down.Load() {
-				return nil, errors.New("redis cut off")
-			}
-			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			return cutOff{conn, &down}, err
-		}})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := cutOffRedis(t, &down)
 	cfg := testConfig()
 	cfg.LocalBytes = 0
 	id, err := redisIdentity(ctx, rdb)
