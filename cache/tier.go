@@ -3,7 +3,6 @@ package cache
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -50,10 +49,10 @@ type redisTier struct {
 	// no deadline, and behind a frozen Redis the blocking face's wait was
 	// seen to last 9 times the client's read timeout. A command abandoned
 	// so may still run later, as one already written to a plain
-	// connection may; the caller counts it a fault (do), so Redis is
-	// distrusted until the change feed has replayed what it may have
-	// missed, and the revision guard keeps a late write from replacing a
-	// newer record.
+	// connection may. The revision guard keeps such a late write from
+	// replacing a newer record, and where the operation timed out, do
+	// counts a fault: Redis is distrusted until the change feed has
+	// replayed what it may have missed.
 	pipe    *redis.AutoPipeliner
 	timeout time.Duration
 	cb      *gobreaker.CircuitBreaker[[]byte]
@@ -179,9 +178,11 @@ type scriptCall struct {
 }
 
 // runEach runs every call under the breaker and the operation timeout, by
-// the script's digest, and once more after loading the script where Redis
-// lacks it: through pipe where it is not nil, else in one pipeline of its
-// own. One error per call; the first one counts for the breaker.
+// the script's digest through pipe where it is not nil, else in one
+// pipeline of its own; calls whose script Redis lacks run again with the
+// script's source (evalAgain). One error per call; the first one counts
+// for the breaker, and where the breaker refused, every call has its
+// error.
 func (t *redisTier) runEach(ctx context.Context, pipe *redis.AutoPipeliner, calls []scriptCall) []error {
 	var errs []error
 	_, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
@@ -189,18 +190,12 @@ func (t *redisTier) runEach(ctx context.Context, pipe *redis.AutoPipeliner, call
 		var again []scriptCall
 		var at []int
 		for i, err := range errs {
-			if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-				continue
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				again, at = append(again, calls[i]), append(at, i)
 			}
-			if !slices.ContainsFunc(again, func(c scriptCall) bool { return c.script == calls[i].script }) {
-				if err := calls[i].script.Load(ctx, t.rdb).Err(); err != nil {
-					return nil, err
-				}
-			}
-			again, at = append(again, calls[i]), append(at, i)
 		}
 		if len(again) > 0 {
-			for j, err := range t.send(ctx, pipe, again) {
+			for j, err := range t.evalAgain(ctx, again) {
 				errs[at[j]] = err
 			}
 		}
@@ -213,11 +208,28 @@ func (t *redisTier) runEach(ctx context.Context, pipe *redis.AutoPipeliner, call
 	})
 	if errs == nil { // the breaker refused
 		errs = make([]error, len(calls))
-	}
-	for i := range errs {
-		if errs[i] == nil && err != nil {
+		for i := range errs {
 			errs[i] = err
 		}
+	}
+	return errs
+}
+
+// evalAgain runs calls with their scripts' source (EVAL, which also keeps
+// the script for later digests), in one pipeline on the plain client.
+// Rare: Redis restarted, failed over or flushed its scripts. EVAL needs
+// only the key's own node; SCRIPT LOAD on a cluster would need every one.
+func (t *redisTier) evalAgain(ctx context.Context, calls []scriptCall) []error {
+	cmds := make([]*redis.Cmd, len(calls))
+	_, _ = t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			cmds[i] = c.script.Eval(ctx, p, []string{c.key}, c.args...)
+		}
+		return nil
+	})
+	errs := make([]error, len(cmds))
+	for i, cmd := range cmds {
+		errs[i] = cmd.Err()
 	}
 	return errs
 }

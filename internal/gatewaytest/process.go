@@ -83,6 +83,9 @@ func Start(t testing.TB, bin string, env map[string]string) *Process {
 		default:
 		}
 		if time.Now().After(deadline) {
+			if p.Base == "" {
+				t.Fatalf("gateway logged no \"gateway listening\" line (at level info) in 20s:\n%s", p.Logs())
+			}
 			t.Fatalf("gateway not ready in 20s:\n%s", p.Logs())
 		}
 		time.Sleep(50 * time.Millisecond)
