@@ -171,6 +171,12 @@ func TestLoadConfigInvalid(t *testing.T) {
 			wantErr: "config ",
 		},
 		{
+			name:    "empty admin address in the file",
+			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "server:\n  adminAddr: \"\"\n")},
+			wantErr: "server.adminAddr",
+		},
+		{name: "address without a port", give: map[string]string{"GATEWAY_ADDR": "8080"}, wantErr: "server.addr"},
+		{
 			name:    "empty issuer in the file",
 			give:    map[string]string{"GATEWAY_CONFIG": writeConfig(t, "http:\n  jwt:\n    issuer: \"\"\n")},
 			wantErr: "http.jwt.issuer",

@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"time"
 )
 
@@ -26,6 +28,13 @@ func (c Server) validate() error {
 	}
 	if c.ShutdownDelay < 0 {
 		errs = append(errs, errors.New("server.shutdownDelay must not be negative"))
+	}
+	// Empty, an address listens on every interface at a port the kernel
+	// picks: never what an operator meant, least of all for the admin one.
+	for _, l := range []struct{ name, addr string }{{"server.addr", c.Addr}, {"server.adminAddr", c.AdminAddr}} {
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s must be host:port or :port, not %q", l.name, l.addr))
+		}
 	}
 	return errors.Join(errs...)
 }
