@@ -434,9 +434,20 @@ func TestVarnish(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		// Active listings are public in CDN mode: Varnish serves its copy to
-		// any request, with a revoked token or none.
-		if got := e.get(t, "/realty/1", e.owner); got.status != 200 {
-			t.Fatalf("active listing with the revoked token through Varnish: %d; want Varnish's public copy", got.status)
+		// any request, with a revoked token or none. The re-purge of an
+		// earlier subtest's write (GATEWAY_CDN_REPURGE_AFTER) may drop that
+		// copy at any moment, and a miss forwards the revoked token: so a
+		// read without a token puts the copy back first, and a miss that
+		// met such a re-purge is tried again.
+		for try := 1; ; try++ {
+			e.get(t, "/realty/1", "")
+			got := e.get(t, "/realty/1", e.owner)
+			if got.status == 200 {
+				break
+			}
+			if try == 3 || !strings.Contains(got.cacheStatus, "fwd=miss") {
+				t.Fatalf("active listing with the revoked token through Varnish: %d (%s); want Varnish's public copy", got.status, got.cacheStatus)
+			}
 		}
 		fresh := e.token(t, e.ownerKey, "a@edge.example")
 		if got := e.get(t, "/realty/2", fresh); got.status != 200 || got.title != "passive" {
