@@ -292,10 +292,10 @@ func TestEndToEndFeedPostgresRestart(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	defer rdb.Close()
 	requireRedisMatchesStore(t, db, rdb, prefix)
+	// A Redis timeout under load (CI's race detector) distrusts Redis
+	// until the gateway has verified the feed again, a few hundred ms.
 	for _, p := range gws {
-		if s := p.Stats(t); !s.Cache.RedisTrusted {
-			t.Fatalf("%s does not trust Redis again", p.Base)
-		}
+		within(t, 5*time.Second, p.Base+" trusts Redis again", func() bool { return p.Stats(t).Cache.RedisTrusted })
 	}
 	t.Logf("%d writes (%d failed around the restart)", writes.Load(), writeErrs.Load())
 }
