@@ -193,7 +193,7 @@ func (c *Cache) writeKeys(ctx context.Context, writes []keyWrite) []error {
 func (t *redisTier) writeEach(ctx context.Context, writes []keyWrite) []error {
 	calls := make([]scriptCall, len(writes))
 	for i, w := range writes {
-		calls[i] = scriptCall{script: guardedSet, key: w.name, args: []any{w.value.encode(), w.value.revision, w.ttl.Milliseconds()}}
+		calls[i] = scriptCall{script: guardedSet, key: w.name, args: guardedSetArgs(w.value, w.ttl)}
 		if w.ifCached {
 			calls[i].script = refreshOrFloor
 			calls[i].args = append(calls[i].args, w.floor.encode(), time.Until(time.UnixMilli(w.floor.freshUntil)).Milliseconds())

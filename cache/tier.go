@@ -149,8 +149,13 @@ func (t *redisTier) read(ctx context.Context, name string) ([]byte, error) {
 // for it, and a refused connection fails there sooner than in the shared
 // pipeline.
 func (t *redisTier) set(ctx context.Context, name string, r record, ttl time.Duration) error {
-	call := scriptCall{script: guardedSet, key: name, args: []any{r.encode(), r.revision, ttl.Milliseconds()}}
+	call := scriptCall{script: guardedSet, key: name, args: guardedSetArgs(r, ttl)}
 	return t.runEach(ctx, nil, []scriptCall{call})[0]
+}
+
+// guardedSetArgs are guardedSet's ARGV for r kept for ttl.
+func guardedSetArgs(r record, ttl time.Duration) []any {
+	return []any{r.encode(), r.revision, ttl.Milliseconds()}
 }
 
 // multiSetter is a tier that writes several keys in one round trip.
@@ -162,7 +167,7 @@ type multiSetter interface {
 // the keys may live in different Cluster slots. A miss fills its keys so,
 // sharing round trips with other requests' reads and fills.
 func (t *redisTier) setEach(ctx context.Context, names []string, r record, ttl time.Duration) []error {
-	args := []any{r.encode(), r.revision, ttl.Milliseconds()}
+	args := guardedSetArgs(r, ttl) // one encoding for every key
 	calls := make([]scriptCall, len(names))
 	for i, name := range names {
 		calls[i] = scriptCall{script: guardedSet, key: name, args: args}

@@ -37,11 +37,12 @@ type Process struct {
 
 // Start runs bin with env, GATEWAY_ADDR and GATEWAY_ADMIN_ADDR on port 0
 // (env itself is not modified), reads the ports the kernel picked from the
-// "gateway listening" log line and waits up to 20 s for /readyz to answer
-// 204. Picking a free port beforehand races with every other socket on the
-// machine; port 0 does not. The line is logged at level info. In t.Cleanup it sends SIGTERM and waits for the
-// exit (killing after 30 s); when the test failed it logs the gateway's
-// output, clipped to its first 16 KiB and last 48 KiB.
+// "gateway listening" log line (level info) and waits up to 20 s for
+// /readyz to answer 204. Picking a free port beforehand races with every
+// other socket on the machine; port 0 does not. In t.Cleanup it sends
+// SIGTERM and waits for the exit (killing after 30 s); when the test
+// failed it logs the gateway's output, clipped to its first 16 KiB and
+// last 48 KiB.
 func Start(t testing.TB, bin string, env map[string]string) *Process {
 	t.Helper()
 	env = maps.Clone(env)
