@@ -269,8 +269,11 @@ func (c *Cache) Cached(k Key, now time.Time) (Entry, bool) {
 
 // Get returns the listing under k. It returns upstream.ErrNotFound for a
 // listing that does not exist and upstream.ErrUnavailable when the store
-// fails and nothing usable is cached. It returns early with ctx's error
-// when ctx ends, while the shared load goes on for the other callers.
+// fails and nothing usable is cached. It returns by ctx's deadline, with
+// ctx's error when that comes first, while the shared load goes on for the
+// other callers; a caller whose deadline leaves the load's whole bound runs
+// or joins the load on its own goroutine, and a cancellation before its
+// deadline then waits for the load.
 func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 	var gen uint64
 	if c.front != nil {
@@ -302,40 +305,61 @@ func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
 		return c.load(ctx, k, name, looked, found, gen)
 	}
 	var ch <-chan singleflight.Result
-	if c.RedisTrusted() {
-		ch = c.group.DoChan(name, load)
-	} else { // another gateway's write may not be announced here
+	switch {
+	case !c.RedisTrusted(): // another gateway's write may not be announced here
 		ch = c.queued.doChan(name, load)
+	case c.outlastsLoad(ctx):
+		// The load ends within the caller's deadline, so the caller can run
+		// it, or wait for it, on its own goroutine: no goroutine per flight,
+		// whose stack would grow on every miss.
+		v, err, shared := c.group.Do(name, load)
+		return c.answer(singleflight.Result{Val: v, Err: err, Shared: shared}, endWait)
+	default:
+		ch = c.group.DoChan(name, load)
 	}
 	select {
 	case <-ctx.Done():
 		endWait(false, ctx.Err())
 		return Entry{}, ctx.Err()
 	case res := <-ch:
-		endWait(res.Shared, res.Err)
-		if res.Shared {
-			c.counts.shared.Add(1)
-		}
-		if res.Err != nil {
-			return Entry{}, res.Err
-		}
-		l := res.Val.(loaded)
-		if l.local {
-			c.counts.hits.Add(1)
-			c.counts.localHits.Add(1)
-			return l.e, nil
-		}
-		switch l.state {
-		case Hit:
-			c.counts.hits.Add(1)
-			c.counts.tierHits.Add(1)
-		case Stale:
-			c.counts.stale.Add(1)
-		default:
-			c.counts.misses.Add(1)
-		}
-		return l.r.entry(l.state), nil // the flight kept it locally
+		return c.answer(res, endWait)
 	}
+}
+
+// outlastsLoad reports whether ctx's deadline leaves a whole load's bound:
+// then waiting for a flight cannot outlast the caller's deadline (only a
+// cancellation before it, for at most that bound). Without a deadline the
+// caller waits on a channel, so that it can leave early.
+func (c *Cache) outlastsLoad(ctx context.Context) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && ctx.Err() == nil && time.Until(deadline) >= c.loadTimeout
+}
+
+// answer turns a flight's result into the caller's entry and counts it.
+func (c *Cache) answer(res singleflight.Result, endWait func(shared bool, err error)) (Entry, error) {
+	endWait(res.Shared, res.Err)
+	if res.Shared {
+		c.counts.shared.Add(1)
+	}
+	if res.Err != nil {
+		return Entry{}, res.Err
+	}
+	l := res.Val.(loaded)
+	if l.local {
+		c.counts.hits.Add(1)
+		c.counts.localHits.Add(1)
+		return l.e, nil
+	}
+	switch l.state {
+	case Hit:
+		c.counts.hits.Add(1)
+		c.counts.tierHits.Add(1)
+	case Stale:
+		c.counts.stale.Add(1)
+	default:
+		c.counts.misses.Add(1)
+	}
+	return l.r.entry(l.state), nil // the flight kept it locally
 }
 
 // traceWait starts the span of a singleflight wait, if tracing is on, and

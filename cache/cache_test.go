@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -31,6 +32,8 @@ type source struct {
 	// lostCommit makes writes commit and then report ErrUnavailable, as a
 	// store that timed out after its commit does.
 	lostCommit bool
+	// onFind, when set, is called at the start of every read.
+	onFind func()
 }
 
 func newSource(ls ...upstream.Listing) *source {
@@ -46,6 +49,9 @@ func newSource(ls ...upstream.Listing) *source {
 // can hold a fill that has read an old version.
 func (s *source) find(ctx context.Context, match func(upstream.Listing) bool) (upstream.Listing, error) {
 	s.calls.Add(1)
+	if s.onFind != nil {
+		s.onFind()
+	}
 	if err := ctx.Err(); err != nil { // as a database client refuses to start
 		return upstream.Listing{}, err
 	}
@@ -315,25 +321,78 @@ func TestConcurrentMissesMakeOneStoreCall(t *testing.T) {
 }
 
 func TestWaiterHonoursItsOwnContext(t *testing.T) {
-	src := newSource(listing(5, 1, 1, true))
-	src.gate = make(chan struct{})
-	c, _, _ := newRedisCache(t, src)
+	for _, tt := range []struct {
+		name      string
+		leaderCtx func() (context.Context, context.CancelFunc)
+	}{
+		{"leader waits on a channel", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
+		{"leader loads on its own goroutine", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Minute)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src := newSource(listing(5, 1, 1, true))
+			src.gate = make(chan struct{})
+			c, _, _ := newRedisCache(t, src)
 
-	leader := make(chan error, 1)
-	go func() {
-		_, err := c.Get(context.Background(), ByID(5))
-		leader <- err
-	}()
-	testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 })
+			leaderCtx, cancelLeader := tt.leaderCtx()
+			defer cancelLeader()
+			leader := make(chan error, 1)
+			go func() {
+				_, err := c.Get(leaderCtx, ByID(5))
+				leader <- err
+			}()
+			testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if _, err := c.Get(ctx, ByID(5)); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("waiter err = %v, want its own deadline", err)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			if _, err := c.Get(ctx, ByID(5)); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("waiter err = %v, want its own deadline", err)
+			}
+			close(src.gate)
+			if err := <-leader; err != nil {
+				t.Fatalf("leader err = %v; the waiter's deadline must not end the shared load", err)
+			}
+			if n := src.calls.Load(); n != 1 {
+				t.Fatalf("store calls = %d, want 1 shared", n)
+			}
+		})
 	}
-	close(src.gate)
-	if err := <-leader; err != nil {
-		t.Fatalf("leader err = %v; the waiter's deadline must not end the shared load", err)
+}
+
+// A caller whose deadline leaves the load's whole bound (2 s in tests) runs
+// the load on its own goroutine; one with less, or with no deadline, hands
+// it to a flight goroutine so that it can leave at its deadline.
+func TestLoadRunsOnTheCallersGoroutineWhenItsDeadlineAllows(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		timeout  time.Duration // 0: no deadline
+		wantOwns bool
+	}{
+		{"a minute left", time.Minute, true},
+		{"less than the load's bound", time.Second, false},
+		{"no deadline", 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src := newSource(listing(5, 1, 1, true))
+			stacks := make(chan string, 1)
+			src.onFind = func() { stacks <- string(debug.Stack()) }
+			c, _, _ := newRedisCache(t, src)
+			ctx, cancel := context.WithCancel(context.Background())
+			if tt.timeout > 0 {
+				ctx, cancel = context.WithTimeout(context.Background(), tt.timeout)
+			}
+			defer cancel()
+			e, err := c.Get(ctx, ByID(5))
+			if err != nil || e.State != Miss {
+				t.Fatalf("Get = %v, %v; want a miss", e.State, err)
+			}
+			// The load's closure is Get.func1 on either goroutine; Get's own
+			// frame is below it only on the caller's.
+			if owns := strings.Contains(<-stacks, "cache.(*Cache).Get("); owns != tt.wantOwns {
+				t.Fatalf("load ran on the caller's goroutine: %v, want %v", owns, tt.wantOwns)
+			}
+		})
 	}
 }
 
