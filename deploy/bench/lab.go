@@ -39,6 +39,7 @@ type server struct {
 	admin, prefix string
 	redisless     bool
 	embedded      bool // on a SQLite store
+	naive         bool // serve-naive-longtail: counts its Redis hits and misses on /_stats
 	cmd           *exec.Cmd
 	// auth: requests carry the JWT. path is what wrk asks for.
 	auth bool
@@ -417,7 +418,10 @@ func (l *lab) startMissCases(ctx context.Context, pinned bool) error {
 		return err
 	}
 	s.script = "walk.lua"
-	return nil
+	// The naive composition on the same walk, with its own (emptied) keys.
+	nv := &server{name: "naive-miss", addr: freeAddr(), auth: true, path: "/realty/1", prefix: l.prefix + "naivemiss:", script: "walk.lua", naive: true}
+	goEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	return l.start(ctx, nv, pinned, goEnv, l.self, "serve-naive-longtail", nv.addr, l.redisAddr, nv.prefix, jwtSecret, l.dbURL)
 }
 
 // startGateway starts a gateway named name with the run's settings and

@@ -86,7 +86,7 @@ func (l *lab) longtailBench(ctx context.Context, w *strings.Builder) error {
 		if err != nil {
 			return err
 		}
-		nv := &server{name: "naive-longtail-" + r, addr: freeAddr(), auth: true, path: "/realty/1"}
+		nv := &server{name: "naive-longtail-" + r, addr: freeAddr(), auth: true, path: "/realty/1", naive: true}
 		if err := l.start(ctx, nv, false, goEnv, l.self, "serve-naive-longtail", nv.addr, l.redisAddr, naivePrefix, jwtSecret, l.dbURL); err != nil {
 			return err
 		}
@@ -195,7 +195,7 @@ func (l *lab) loadPair(ctx context.Context, pair []*server, script string) (pair
 func readNaiveStats(pair []*server) naiveStats {
 	var sum naiveStats
 	for _, s := range pair {
-		if s.admin != "" {
+		if !s.naive {
 			continue
 		}
 		resp, err := http.Get("http://" + s.addr + "/_stats")

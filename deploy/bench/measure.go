@@ -17,12 +17,15 @@ import (
 )
 
 var caseOrder = []string{
-	"gateway-local", "gateway-redis", "gateway-embedded", "gateway-miss", "gateway-miss-redis",
+	"gateway-local", "gateway-redis", "gateway-embedded", "gateway-miss", "gateway-miss-redis", "naive-miss",
 	"nginx-static", "varnish-hit", "fiber-static", "naive",
 }
 
-// missCases are the cases whose every request is a store read.
-var missCases = []string{"gateway-miss", "gateway-miss-redis"}
+// missCases are the cases whose every request is a store read: the two
+// gateways, and naive-miss, the naive composition (serve-naive-longtail:
+// one Redis GET, the query, one SET) on the same walk, the baseline that
+// the issue's bound on gateway-miss-redis is "about" (missTargetRows).
+var missCases = []string{"gateway-miss", "gateway-miss-redis", "naive-miss"}
 
 // missTargets are the issue's bounds on the gateway's CPU per miss.
 var missTargets = map[string]time.Duration{"gateway-miss": 20 * time.Microsecond, "gateway-miss-redis": 60 * time.Microsecond}
@@ -129,6 +132,7 @@ func (l *lab) load(ctx context.Context, s *server, conns int, d time.Duration, p
 	if err != nil {
 		return result{}, err
 	}
+	nv0 := readNaiveStats([]*server{s})
 	u0 := l.usage(pid)
 	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 	u1 := l.usage(pid)
@@ -139,6 +143,7 @@ func (l *lab) load(ctx context.Context, s *server, conns int, d time.Duration, p
 	if err != nil {
 		return result{}, err
 	}
+	nv1 := readNaiveStats([]*server{s})
 	w, err := parseWrk(s.name, out)
 	if err != nil {
 		return result{}, err
@@ -152,6 +157,9 @@ func (l *lab) load(ctx context.Context, s *server, conns int, d time.Duration, p
 		p999: time.Duration(w.P999) * time.Microsecond, errors: w.Errors, non2xx: w.Non2xx,
 		peakRSSKiB: rssKiB(pid, "VmHWM"), connections: conns, threads: threads,
 		tiers: tiersOf(st0, st1, s.redisless),
+	}
+	if s.naive {
+		r.tiers.loads = nv1.Misses - nv0.Misses
 	}
 	r.setCPU(u0, u1)
 	return r, nil
@@ -313,8 +321,8 @@ func table(w *strings.Builder, res map[string][]result, names []string) {
 		switch name {
 		case "gateway-miss":
 			extra = fmt.Sprintf(" (PostgreSQL used %.1f× the gateway's CPU)", r.storeCPUShare)
-		case "gateway-miss-redis":
-			extra = fmt.Sprintf(" (PostgreSQL used %.1f×, Redis %.1f× the gateway's CPU)", r.storeCPUShare, r.redisCPUShare)
+		case "gateway-miss-redis", "naive-miss":
+			extra = fmt.Sprintf(" (PostgreSQL used %.1f×, Redis %.1f× the server's CPU)", r.storeCPUShare, r.redisCPUShare)
 		}
 		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s%s | %d MiB | %d, %d |\n", name, r.rps, ms(r.p50), ms(r.p99), ms(r.p999),
 			us(r.cpuPerRequest), extra, r.peakRSSKiB>>10, r.errors, r.non2xx)
@@ -343,19 +351,30 @@ func ratios(w *strings.Builder, res map[string][]result) {
 }
 
 // missTargetRows adds the bounds on the gateway's CPU per miss to a ratio
-// table.
+// table, and the production shape's CPU per miss against the naive
+// composition's in the same runs: the issue sets its 60 µs as "about what
+// the naive composition pays for a GET, a query and a SET", and this
+// machine's speed varies from day to day by up to 2×.
 func missTargetRows(w *strings.Builder, res map[string][]result) {
 	for _, name := range missCases {
-		if len(res[name]) == 0 {
+		target, ok := missTargets[name]
+		if !ok || len(res[name]) == 0 {
 			continue
 		}
 		v := median(res[name]).cpuPerRequest
 		verdict := "met"
-		if v.Round(100*time.Nanosecond) > missTargets[name] { // as printed
+		if v.Round(100*time.Nanosecond) > target { // as printed
 			verdict = "missed"
 		}
-		fmt.Fprintf(w, "| %s: the gateway's CPU per miss | %s | ≤ %s: %s |\n", name, us(v), us(missTargets[name]), verdict)
+		fmt.Fprintf(w, "| %s: the gateway's CPU per miss | %s | ≤ %s: %s |\n", name, us(v), us(target), verdict)
 	}
+	g, nv := res["gateway-miss-redis"], res["naive-miss"]
+	if len(g) == 0 || len(nv) == 0 || median(nv).cpuPerRequest == 0 {
+		return
+	}
+	gc, nc := median(g).cpuPerRequest, median(nv).cpuPerRequest
+	fmt.Fprintf(w, "| gateway-miss-redis / naive-miss: CPU per miss | %.2f× (%s against %s) | none set; the 60 µs above is \"about\" naive-miss |\n",
+		float64(gc)/float64(nc), us(gc), us(nc))
 }
 
 func (l *lab) scaling(ctx context.Context, w *strings.Builder) error {

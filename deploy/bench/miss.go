@@ -13,18 +13,19 @@ import (
 )
 
 // The store misses (-miss): gateway-miss (no Redis, a one-byte local
-// tier) and gateway-miss-redis (the production shape: Redis configured but
-// empty, the default local tier), each request a listing not read before.
-// Beside the gateway's CPU per miss (utime + stime of its process over the
-// run, divided by the requests), the CPU of the run database's PostgreSQL
-// backends and of Redis; then a profile of each with perf (the gateway
-// serves no pprof), taken in a run of its own.
+// tier), gateway-miss-redis (the production shape: Redis configured but
+// empty, the default local tier) and naive-miss (the naive composition:
+// Fiber and contrib/jwt, one GET, the query, one SET), each request a
+// listing not read before. Beside the server's CPU per miss (utime + stime
+// of its process over the run, divided by the requests), the CPU of the
+// run database's PostgreSQL backends and of Redis; then a profile of each
+// with perf (the gateway serves no pprof), taken in a run of its own.
 
 // missSection reports the misses of res (the main run's, or their own).
 func (l *lab) missSection(ctx context.Context, w *strings.Builder, res map[string][]result) error {
 	fmt.Fprintf(w, "\n## Store misses: every request a listing not read before (of %d), wrk -t2 -c%d -d%v, %d repetitions, medians\n\n",
 		l.opts.listings, l.opts.conns, l.opts.duration, len(res[missCases[0]]))
-	w.WriteString("| case | requests/s | p99 | store reads per request | gateway CPU per miss | PostgreSQL CPU per miss | Redis CPU per miss | PostgreSQL / gateway | errors, non-2xx |\n" +
+	w.WriteString("| case | requests/s | p99 | store reads per request | server CPU per miss | PostgreSQL CPU per miss | Redis CPU per miss | PostgreSQL / server | errors, non-2xx |\n" +
 		"|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, name := range missCases {
 		r := median(res[name])
@@ -66,7 +67,7 @@ func (l *lab) missSection(ctx context.Context, w *strings.Builder, res map[strin
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "\n### Profile of %s (perf -F 999 -g, %v of wrk load, the gateway's process: by self time, then with callees)\n\n```\n%s\n```\n\n```\n%s\n```\n",
+		fmt.Fprintf(w, "\n### Profile of %s (perf -F 999 -g, %v of wrk load, the server's process: by self time, then with callees)\n\n```\n%s\n```\n\n```\n%s\n```\n",
 			name, l.opts.duration, strings.Join(flat, "\n"), strings.Join(cum, "\n"))
 	}
 	return nil
