@@ -788,9 +788,11 @@ func TestMissWritesBothKeysAndAHitReadsOne(t *testing.T) {
 		sent = append(sent, p...)
 	}
 	sent = slices.DeleteFunc(append(sent, trips.commands...), setUp)
-	slices.Sort(sent)
-	if !slices.Equal(slices.Compact(slices.Clone(sent)), []string{"evalsha", "get"}) ||
-		len(slices.DeleteFunc(slices.Clone(sent), func(n string) bool { return n != "evalsha" })) != 2 {
+	sends := map[string]int{}
+	for _, name := range sent {
+		sends[name]++
+	}
+	if len(sends) != 2 || sends["get"] == 0 || sends["evalsha"] != 2 {
 		t.Fatalf("a miss sent %v; want GETs and two guarded sets", sent)
 	}
 	for _, key := range []string{prefix + "realty:id:42", prefix + "realty:listing:7-3"} {

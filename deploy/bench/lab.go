@@ -419,9 +419,20 @@ func (l *lab) startMissCases(ctx context.Context, pinned bool) error {
 	}
 	s.script = "walk.lua"
 	// The naive composition on the same walk, with its own (emptied) keys.
-	nv := &server{name: "naive-miss", addr: freeAddr(), auth: true, path: "/realty/1", prefix: l.prefix + "naivemiss:", script: "walk.lua", naive: true}
-	goEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	return l.start(ctx, nv, pinned, goEnv, l.self, "serve-naive-longtail", nv.addr, l.redisAddr, nv.prefix, jwtSecret, l.dbURL)
+	nv, err := l.startNaive(ctx, "naive-miss", pinned, l.prefix+"naivemiss:")
+	if err != nil {
+		return err
+	}
+	nv.script = "walk.lua"
+	return nil
+}
+
+// startNaive starts the naive composition (serve-naive-longtail) named
+// name, its Redis keys under prefix.
+func (l *lab) startNaive(ctx context.Context, name string, pinned bool, prefix string) (*server, error) {
+	s := &server{name: name, addr: freeAddr(), auth: true, path: "/realty/1", prefix: prefix, naive: true}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	return s, l.start(ctx, s, pinned, env, l.self, "serve-naive-longtail", s.addr, l.redisAddr, prefix, jwtSecret, l.dbURL)
 }
 
 // startGateway starts a gateway named name with the run's settings and

@@ -79,15 +79,14 @@ type pairResult struct {
 func (l *lab) longtailBench(ctx context.Context, w *strings.Builder) error {
 	n := l.opts.longtailListings
 	gwPrefix, naivePrefix := l.prefix+"lt:", l.prefix+"ltn:"
-	goEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	pairs := map[string][]*server{}
 	for _, r := range []string{"a", "b"} {
 		g, err := l.startGateway(ctx, "gateway-longtail-"+r, false, gwPrefix)
 		if err != nil {
 			return err
 		}
-		nv := &server{name: "naive-longtail-" + r, addr: freeAddr(), auth: true, path: "/realty/1", naive: true}
-		if err := l.start(ctx, nv, false, goEnv, l.self, "serve-naive-longtail", nv.addr, l.redisAddr, naivePrefix, jwtSecret, l.dbURL); err != nil {
+		nv, err := l.startNaive(ctx, "naive-longtail-"+r, false, naivePrefix)
+		if err != nil {
 			return err
 		}
 		pairs["gateway-longtail"] = append(pairs["gateway-longtail"], g)
