@@ -88,7 +88,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	switch {
 	case errors.As(err, &p) && p.retryAfter > 0:
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(seconds(p.retryAfter, 1)))
-	case status == fiber.StatusUnauthorized:
+	case status == fiber.StatusUnauthorized && (p == nil || p.header[0] == ""):
 		c.Set(fiber.HeaderWWWAuthenticate, bearerChallenge)
 	case status == fiber.StatusServiceUnavailable:
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(s.retryAfterSeconds))

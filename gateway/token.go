@@ -20,8 +20,12 @@ import (
 )
 
 const (
-	signingAlg      = "HS256"
-	bearerChallenge = `Bearer realm="realty"`
+	signingAlg = "HS256"
+	// bearerChallenge answers a request that presented no bearer token;
+	// invalidTokenChallenge one whose token was refused (RFC 6750 §3.1).
+	// Neither says why: the reason is the server's to log and count.
+	bearerChallenge       = `Bearer realm="realty"`
+	invalidTokenChallenge = `Bearer realm="realty", error="invalid_token"`
 	principalKey    = "principal"
 	tokenKey        = "token"
 )
@@ -184,14 +188,33 @@ func (s *Server) checkClaims(c *checkedClaims, now time.Time) string {
 	return ""
 }
 
-// errUnauthorized is the one answer to every refused token, whatever the
-// reason: missing, malformed, invalid, expired or revoked.
-var errUnauthorized = &problem{status: fiber.StatusUnauthorized, detail: "A valid bearer token is required."}
+// errUnauthorized answers a request without a bearer token (none, or
+// another scheme); errInvalidToken one whose bearer token was refused,
+// whatever the reason: malformed, invalid, expired or revoked. Both have
+// the same body: only the challenge tells them apart, as RFC 6750 §3.1
+// asks.
+var (
+	errUnauthorized = &problem{status: fiber.StatusUnauthorized, detail: "A valid bearer token is required.",
+		header: [2]string{fiber.HeaderWWWAuthenticate, bearerChallenge}}
+	errInvalidToken = &problem{status: fiber.StatusUnauthorized, detail: errUnauthorized.detail,
+		header: [2]string{fiber.HeaderWWWAuthenticate, invalidTokenChallenge}}
+)
 
-// refuse counts a refused token and answers errUnauthorized.
-func (s *Server) refuse(reason string) error {
+// refuse counts a refused token and answers errUnauthorized where no
+// bearer token was presented, else errInvalidToken.
+func (s *Server) refuse(reason string, header []byte) error {
 	s.observer().AuthFailure(reason)
-	return errUnauthorized
+	if !presentsBearer(header) {
+		return errUnauthorized
+	}
+	return errInvalidToken
+}
+
+// presentsBearer reports whether an Authorization header names the Bearer
+// scheme, in any case (RFC 9110 §11.1), whatever follows it.
+func presentsBearer(h []byte) bool {
+	scheme, _, _ := bytes.Cut(h, []byte(" "))
+	return bytes.EqualFold(scheme, []byte("Bearer"))
 }
 
 // requireToken checks the bearer token before anything else of a request.
@@ -204,23 +227,23 @@ func (s *Server) requireToken() fiber.Handler {
 		SigningKeys: keys,
 		Claims:      &checkedClaims{},
 		ContextKey:  tokenKey,
-		ErrorHandler: func(_ *fiber.Ctx, _ error) error {
-			return s.refuse(authInvalid)
+		ErrorHandler: func(c *fiber.Ctx, _ error) error {
+			return s.refuse(authInvalid, c.Request().Header.Peek(fiber.HeaderAuthorization))
 		},
 		SuccessHandler: func(c *fiber.Ctx) error {
+			header := c.Request().Header.Peek(fiber.HeaderAuthorization)
 			tok, ok := c.Locals(tokenKey).(*jwt.Token)
 			if !ok {
-				return s.refuse(authInvalid)
+				return s.refuse(authInvalid, header)
 			}
 			now := requestTime(c)
 			claims, ok := tok.Claims.(*checkedClaims)
 			if !ok {
-				return s.refuse(authInvalid)
+				return s.refuse(authInvalid, header)
 			}
 			if reason := s.checkClaims(claims, now); reason != "" {
-				return s.refuse(reason)
+				return s.refuse(reason, header)
 			}
-			header := c.Request().Header.Peek(fiber.HeaderAuthorization)
 			v := &verifiedToken{
 				header:    string(header),
 				principal: principal{FirmID: claims.FirmID, FirmUserID: claims.FirmUserID},
@@ -231,7 +254,7 @@ func (s *Server) requireToken() fiber.Handler {
 			// every use, and a revoked token sent again costs no signature.
 			s.verified.Set(maphash.Bytes(s.tokenSeed, header), v)
 			if s.isRevoked(v) {
-				return s.refuse(authRevoked)
+				return s.refuse(authRevoked, header)
 			}
 			c.Locals(principalKey, v)
 			return c.Next()
@@ -246,16 +269,16 @@ func (s *Server) requireToken() fiber.Handler {
 		if v, ok := s.verified.GetIfPresent(maphash.Bytes(s.tokenSeed, header)); ok &&
 			v.header == string(header) && requestTime(c).UnixNano() < v.until {
 			if s.isRevoked(v) {
-				return s.refuse(authRevoked)
+				return s.refuse(authRevoked, header)
 			}
 			c.Locals(principalKey, v)
 			return c.Next()
 		}
 		switch {
 		case len(header) == 0:
-			return s.refuse(authMissing)
+			return s.refuse(authMissing, header)
 		case !wellFormedBearer(header):
-			return s.refuse(authMalformed)
+			return s.refuse(authMalformed, header)
 		}
 		return verify(c)
 	}

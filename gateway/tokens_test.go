@@ -24,9 +24,13 @@ func TestTokenConformance(t *testing.T) {
 		name string
 		give string // Authorization header
 		want int
+		// noToken: no bearer token was presented, so the challenge
+		// carries no error (RFC 6750 §3.1); every other refusal says
+		// error="invalid_token".
+		noToken bool
 	}{
 		{name: "valid", give: "Bearer " + good, want: 200},
-		{name: "missing", give: "", want: 401},
+		{name: "missing", give: "", want: 401, noToken: true},
 		{name: "alg none", give: "Bearer " + unsigned, want: 401},
 		{name: "HS512 with the right secret", give: "Bearer " + sign(t, jwt.SigningMethodHS512, "k1", goodClaims(now), testSecret), want: 401},
 		{name: "another key", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", goodClaims(now), []byte("another-secret-another-secret-xx")), want: 401},
@@ -46,11 +50,12 @@ func TestTokenConformance(t *testing.T) {
 		{name: "wrong aud", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "aud", "evil"), testSecret), want: 401},
 		{name: "exp as string", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "exp", "9999999999"), testSecret), want: 401},
 		{name: "firmId as string", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "firmId", "1"), testSecret), want: 401},
-		{name: "Basic auth", give: "Basic dXNlcjpwYXNz", want: 401},
+		{name: "Basic auth", give: "Basic dXNlcjpwYXNz", want: 401, noToken: true},
 		{name: "Bearer with nothing", give: "Bearer ", want: 401},
 		{name: "Bearer double space", give: "Bearer  " + good, want: 401},
 		{name: "lower-case scheme with trailing space", give: "bearer " + good + " ", want: 401},
 		{name: "dots", give: "Bearer " + strings.Repeat(".", 4000), want: 401},
+		{name: "Bearer alone", give: "Bearer", want: 401},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,8 +64,15 @@ func TestTokenConformance(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.want, body)
 			}
 			if tt.want == 401 {
-				if got := resp.Header.Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer") {
-					t.Fatalf("WWW-Authenticate = %q", got)
+				challenge := `Bearer realm="realty", error="invalid_token"`
+				if tt.noToken {
+					challenge = `Bearer realm="realty"`
+				}
+				if got := resp.Header.Values("WWW-Authenticate"); len(got) != 1 || got[0] != challenge {
+					t.Fatalf("WWW-Authenticate = %q, want %q", got, challenge)
+				}
+				if !strings.Contains(body, `"detail":"A valid bearer token is required."`) {
+					t.Fatalf("body %s: the refusal must not say more than the missing token's", body)
 				}
 				if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 					t.Fatalf("Content-Type = %q", ct)
