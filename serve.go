@@ -188,7 +188,7 @@ func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, m
 	if err := p.revocations.Load(ctx); err != nil {
 		return nil, err
 	}
-	if p.srv, err = gateway.New(cfg.HTTP, gateway.Deps{Listings: p.listings, Accounts: p.guarded, Limiter: p.limiter, Purger: purger,
+	if p.srv, err = gateway.New(cfg.GatewayConfig(), gateway.Deps{Listings: p.listings, Accounts: p.guarded, Limiter: p.limiter, Purger: purger,
 		Revoked: revoked, Log: log, Tracer: tp, RetryAfter: cfg.Breaker.OpenFor, CacheTTL: cfg.Cache.Fresh, Observer: observer}); err != nil {
 		return nil, err
 	}

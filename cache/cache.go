@@ -38,6 +38,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/realty-gateway/gateway/breaker"
+	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -49,8 +50,8 @@ type Source interface {
 	EncodedByID(ctx context.Context, id int64) (upstream.Encoded, error)
 	EncodedByNumber(ctx context.Context, firmID, no int64) (upstream.Encoded, error)
 	ImportListings(ctx context.Context, ls []upstream.Listing) ([]upstream.Listing, error)
-	UpdateListing(ctx context.Context, l upstream.Listing) (upstream.Listing, error)
-	DeleteListing(ctx context.Context, firmID, id int64) (upstream.Listing, error)
+	UpdateListing(ctx context.Context, l upstream.Listing, cond upstream.Precondition) (upstream.Listing, error)
+	DeleteListing(ctx context.Context, firmID, id int64, cond upstream.Precondition) (upstream.Listing, error)
 }
 
 // Key names a listing by id (ID > 0) or by listing number.
@@ -99,10 +100,25 @@ type Entry struct {
 	Body   []byte
 	ETag   []byte
 	FirmID int64
+	No     int64
 	Active bool
 	State  State
 	// FreshUntil is when the cached copy stops being fresh, in unix ms.
 	FreshUntil int64
+
+	// revision and variants are the version's, for Variant.
+	revision int64
+	variants *variants
+}
+
+// record is the record e was made from, with the variants made since.
+func (e Entry) record() record {
+	k := kindPassive
+	if e.Active {
+		k = kindActive
+	}
+	return record{revision: e.revision, freshUntil: e.FreshUntil, id: e.ID, firmID: e.FirmID, no: e.No, kind: k,
+		etag: e.ETag, body: e.Body, variants: e.variants}
 }
 
 // Config holds the lifetimes and bounds of the cache.
@@ -165,6 +181,9 @@ type Deps struct {
 	LoadTimeout time.Duration
 	// Prefix is put before every key: Redis's key prefix.
 	Prefix string
+	// Compressor makes the compressed variants of listings; nil: the
+	// cache makes its own.
+	Compressor *coding.Compressor
 }
 
 // validate reports cfg's and d's errors.
@@ -193,7 +212,8 @@ type Cache struct {
 	prefix      string
 	loadTimeout time.Duration
 	// tracer, when set, records the singleflight wait of a miss as a span.
-	tracer trace.Tracer
+	tracer     trace.Tracer
+	compressor *coding.Compressor
 	group  singleflight.Group
 	queued freshFlights // instead of group while Redis is not trusted
 	now    func() time.Time
@@ -231,16 +251,23 @@ func WithFeed(f FeedView) Option {
 	}
 }
 
-func newCache(t tier, cfg Config, deps Deps, opts []Option) *Cache {
+func newCache(t tier, cfg Config, deps Deps, opts []Option) (*Cache, error) {
+	z := deps.Compressor
+	if z == nil {
+		var err error
+		if z, err = coding.NewCompressor(); err != nil {
+			return nil, fmt.Errorf("cache: %w", err)
+		}
+	}
 	c := &Cache{src: deps.Source, tier: t, cfg: cfg, log: deps.Log, prefix: deps.Prefix, loadTimeout: deps.LoadTimeout,
-		now: time.Now, dirty: map[string]int64{}}
+		compressor: z, now: time.Now, dirty: map[string]int64{}}
 	if deps.Tracer != nil {
 		c.tracer = deps.Tracer.Tracer("github.com/realty-gateway/gateway/cache")
 	}
 	for _, opt := range opts {
 		opt(c)
 	}
-	return c
+	return c, nil
 }
 
 // Cached answers from this process's memory alone: the local tier in
@@ -598,6 +625,7 @@ func (c *Cache) recordOfEncoded(e upstream.Encoded) record {
 		kind:       k,
 		etag:       e.ETag,
 		body:       e.Body,
+		variants:   &variants{},
 	}
 }
 
@@ -616,7 +644,8 @@ func (c *Cache) servable(k Key, r record) bool {
 }
 
 func (r record) entry(s State) Entry {
-	return Entry{ID: r.id, Body: r.body, ETag: r.etag, FirmID: r.firmID, Active: r.kind == kindActive, State: s, FreshUntil: r.freshUntil}
+	return Entry{ID: r.id, Body: r.body, ETag: r.etag, FirmID: r.firmID, No: r.no, Active: r.kind == kindActive, State: s,
+		FreshUntil: r.freshUntil, revision: r.revision, variants: r.variants}
 }
 
 // lookup reads a key from the tier. Errors, corrupt or foreign values and

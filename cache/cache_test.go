@@ -93,7 +93,7 @@ func (s *source) ImportListings(_ context.Context, ls []upstream.Listing) ([]ups
 	return out, nil
 }
 
-func (s *source) UpdateListing(_ context.Context, l upstream.Listing) (upstream.Listing, error) {
+func (s *source) UpdateListing(_ context.Context, l upstream.Listing, _ upstream.Precondition) (upstream.Listing, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.listings[l.ID]
@@ -109,7 +109,7 @@ func (s *source) UpdateListing(_ context.Context, l upstream.Listing) (upstream.
 	return l, nil
 }
 
-func (s *source) DeleteListing(_ context.Context, firmID, id int64) (upstream.Listing, error) {
+func (s *source) DeleteListing(_ context.Context, firmID, id int64, _ upstream.Precondition) (upstream.Listing, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.listings[id]

@@ -314,7 +314,7 @@ func TestRedisTrustedOnlyWhenTheFeedVouches(t *testing.T) {
 	}
 
 	// A write published while trusted is settled with this Redis's identity.
-	w, err := c.Replace(ctx, src.listings[1], listing(1, 7, 3, true))
+	w, err := c.Replace(ctx, src.listings[1], listing(1, 7, 3, true), upstream.Precondition{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestRedisDistrustedOnTrouble(t *testing.T) {
 	if c.RedisTrusted() {
 		t.Fatal("still trusted after Redis failed")
 	}
-	w, err := c.Replace(ctx, src.listings[1], listing(1, 7, 3, true))
+	w, err := c.Replace(ctx, src.listings[1], listing(1, 7, 3, true), upstream.Precondition{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +444,7 @@ func TestUnpublishedWriteWaitsForTheFeed(t *testing.T) {
 		})
 		done := make(chan error, 1)
 		go func() {
-			_, err := c.Replace(ctx, src.listings[1], listing(1, 7, 3, true))
+			_, err := c.Replace(ctx, src.listings[1], listing(1, 7, 3, true), upstream.Precondition{})
 			done <- err
 		}()
 		return done

@@ -109,6 +109,19 @@ func (f *front) put(k Key, r record, gen uint64, now time.Time) {
 	f.cache.Set(k, &frontEntry{entry: r.entry(Hit), revision: r.revision, expires: expires, weight: r.weight(frontEntryOverhead)})
 }
 
+// reweigh charges k's entry again, where it holds the version whose
+// variants v are: a variant was added to it.
+func (f *front) reweigh(k Key, v *variants) {
+	f.cache.ComputeIfPresent(k, func(fe *frontEntry) (*frontEntry, otter.ComputeOp) {
+		if fe.entry.variants != v {
+			return fe, otter.CancelOp
+		}
+		next := *fe
+		next.weight = fe.entry.record().weight(frontEntryOverhead)
+		return &next, otter.WriteOp
+	})
+}
+
 // invalidate drops both keys of each listing and raises its floor.
 func (f *front) invalidate(items []Invalidation, now time.Time, floorFor time.Duration) {
 	f.mu.Lock()

@@ -5,12 +5,21 @@ import (
 	"errors"
 	"math/bits"
 	"strconv"
+
+	"github.com/realty-gateway/gateway/coding"
 )
 
 // A record is the value stored under a cache key: a one-line text header
 // and then the response body, so a hit needs no JSON encoding.
 //
 //	v1 <revision> <freshUntilUnixMs> <id> <firmId> <no> <a|p|x> <etag>\n<body>
+//	v1 <revision> <freshUntilUnixMs> <id> <firmId> <no> <a|p> <etag> z<br>,<gzip>,<zstd>\n<body><br><gzip><zstd>
+//
+// The second form also carries the body compressed (variants.go): the
+// ninth field gives each coding's length, 0 where it is not made. A
+// gateway of a release before it reads such a record as corrupt, that is
+// as a miss, and fills the key again without its variants; the guard
+// below reads the revision of both forms.
 //
 // a is an active listing, p a passive one and x a cached "absent". f is a
 // floor: nothing is cached, but a fill older than its revision is refused
@@ -37,6 +46,12 @@ type record struct {
 	kind       kind
 	etag       []byte
 	body       []byte
+	// variants are the compressed bodies, shared by every copy of a
+	// listing's record in this process; nil for absence and floors.
+	variants *variants
+	// held is the buffer that a decoded record's slices point into; 0 for
+	// a record made here.
+	held int
 }
 
 var (
@@ -45,7 +60,15 @@ var (
 )
 
 func (r record) encode() []byte {
-	b := make([]byte, 0, 64+len(r.etag)+len(r.body))
+	var lengths [coding.Count]int
+	extra := 0
+	if r.variants.any() {
+		for _, c := range coding.Compressed {
+			lengths[c] = len(r.variants.get(c))
+			extra += lengths[c]
+		}
+	}
+	b := make([]byte, 0, 96+len(r.etag)+len(r.body)+extra)
 	b = append(b, recordVersion...)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, r.revision, 10)
@@ -59,8 +82,23 @@ func (r record) encode() []byte {
 	b = strconv.AppendInt(b, r.no, 10)
 	b = append(b, ' ', byte(r.kind), ' ')
 	b = append(b, r.etag...)
+	if extra > 0 {
+		b = append(b, " z"...)
+		for i, c := range coding.Compressed {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(lengths[c]), 10)
+		}
+	}
 	b = append(b, '\n')
-	return append(b, r.body...)
+	b = append(b, r.body...)
+	if extra > 0 {
+		for _, c := range coding.Compressed {
+			b = append(b, r.variants.get(c)...)
+		}
+	}
+	return b
 }
 
 // decodeRecord parses a stored value. The returned record's slices point
@@ -71,10 +109,10 @@ func decodeRecord(b []byte) (record, error) {
 		return record{}, errCorrupt
 	}
 	fields := bytes.Fields(head)
-	if len(fields) != 8 || string(fields[0]) != recordVersion || len(fields[6]) != 1 {
+	if len(fields) < 8 || len(fields) > 9 || string(fields[0]) != recordVersion || len(fields[6]) != 1 {
 		return record{}, errCorrupt
 	}
-	var r record
+	r := record{held: cap(b)}
 	var err error
 	if r.revision, err = strconv.ParseInt(string(fields[1]), 10, 64); err != nil {
 		return record{}, errCorrupt
@@ -96,14 +134,54 @@ func decodeRecord(b []byte) (record, error) {
 	r.body = body
 	switch r.kind {
 	case kindActive, kindPassive:
-		if len(body) == 0 || body[0] != '{' {
+		r.variants = &variants{}
+		if len(fields) == 9 && !r.readVariants(fields[8]) {
+			return record{}, errCorrupt
+		}
+		if len(r.body) == 0 || r.body[0] != '{' {
 			return record{}, errCorrupt
 		}
 	case kindAbsent, kindFloor:
+		if len(fields) == 9 {
+			return record{}, errCorrupt
+		}
 	default:
 		return record{}, errCorrupt
 	}
 	return r, nil
+}
+
+// readVariants splits the variants that field ("z<br>,<gzip>,<zstd>")
+// gives the lengths of off the end of r.body.
+func (r *record) readVariants(field []byte) bool {
+	lengths, ok := bytes.CutPrefix(field, []byte("z"))
+	if !ok {
+		return false
+	}
+	var n [len(coding.Compressed)]int
+	total := 0
+	for i := range n {
+		var part []byte
+		part, lengths, _ = bytes.Cut(lengths, []byte(","))
+		v, err := strconv.Atoi(string(part))
+		if err != nil || v < 0 {
+			return false
+		}
+		n[i], total = v, total+v
+	}
+	if len(lengths) > 0 || total >= len(r.body) {
+		return false
+	}
+	at := len(r.body) - total
+	for i, c := range coding.Compressed {
+		if n[i] > 0 {
+			v := r.body[at : at+n[i] : at+n[i]]
+			r.variants.bodies[c].Store(&v)
+		}
+		at += n[i]
+	}
+	r.body = r.body[: len(r.body)-total : len(r.body)-total]
+	return true
 }
 
 // belongsTo reports whether a listing record may stand under k: a value
@@ -122,10 +200,13 @@ func (r record) belongsTo(k Key) bool {
 // weight is what a record kept in process costs the heap: the buffer its
 // slices point into (a record decoded from a Redis value keeps that whole
 // value; one made by recordOf, its body and ETag) rounded up to the
-// allocator's size class, plus overhead.
+// allocator's size class, the variants made since, plus overhead.
 func (r record) weight(overhead int) uint32 {
-	n := cap(r.body) + len(r.etag) + recordHeader
-	return uint32(min(sizeClass(n)+overhead, 1<<31))
+	n := r.held
+	if n == 0 {
+		n = cap(r.body) + len(r.etag) + recordHeader
+	}
+	return uint32(min(sizeClass(n)+r.variants.size()+overhead, 1<<31))
 }
 
 // recordHeader approximates the text header before a record's body.

@@ -41,13 +41,16 @@ type Stats struct {
 	// Unacknowledged are the announced writes not acknowledged by every
 	// subscribed gateway within the wait.
 	Unacknowledged uint64 `json:"unacknowledged"`
+	// Compressed counts the versions' bodies compressed here, one per
+	// version and coding that a request asked for first (variants.go).
+	Compressed uint64 `json:"compressed"`
 }
 
 // counters are the live counts of a Cache, one for each counter of Stats
 // under the same name. Announced and Unacknowledged are the invalidator's.
 type counters struct {
 	hits, misses, stale, storeLoads, tierErrors, corrupt, incoherent atomic.Uint64
-	localHits, tierHits, negative, shared                            atomic.Uint64
+	localHits, tierHits, negative, shared, compressed                atomic.Uint64
 }
 
 // snapshot reads the counters into a Stats; each is read on its own, so a
@@ -57,7 +60,7 @@ func (n *counters) snapshot() Stats {
 		Hits: n.hits.Load(), Misses: n.misses.Load(), Stale: n.stale.Load(),
 		StoreLoads: n.storeLoads.Load(), TierErrors: n.tierErrors.Load(), Corrupt: n.corrupt.Load(),
 		Incoherent: n.incoherent.Load(), LocalHits: n.localHits.Load(), TierHits: n.tierHits.Load(),
-		Negative: n.negative.Load(), Shared: n.shared.Load(),
+		Negative: n.negative.Load(), Shared: n.shared.Load(), Compressed: n.compressed.Load(),
 	}
 }
 

@@ -79,7 +79,10 @@ func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, de
 	}
 	cb := gobreaker.NewCircuitBreaker[[]byte](breaker.FastFail("redis", deps.Log))
 	t := &redisTier{rdb: rdb, pipe: pipeOf(rdb), timeout: opTimeout, cb: cb}
-	c := newCache(t, cfg, deps, opts)
+	c, err := newCache(t, cfg, deps, opts)
+	if err != nil {
+		return nil, err
+	}
 	t.fault = c.trust.distrust
 	if cfg.LocalBytes > 0 {
 		c.front = newFront(cfg.LocalBytes, cfg.LocalMaxAge)
@@ -331,7 +334,7 @@ func NewLocal(cfg Config, deps Deps, opts ...Option) (*Cache, error) {
 			return time.Until(e.Value.expires)
 		}),
 	})
-	return newCache(&localTier{cache: c, now: time.Now}, cfg, deps, opts), nil
+	return newCache(&localTier{cache: c, now: time.Now}, cfg, deps, opts)
 }
 
 func (t *localTier) get(_ context.Context, name string) ([]byte, error) {
@@ -362,9 +365,30 @@ func (t *localTier) set(_ context.Context, name string, r record, ttl time.Durat
 	if err != nil {
 		return err
 	}
-	weight := uint32(min(len(name)+sizeClass(cap(b))+localValueOverhead, 1<<31))
-	t.cache.Set(name, localValue{r: parsed, b: b, expires: t.now().Add(ttl), weight: weight})
+	t.cache.Set(name, localValue{r: parsed, b: b, expires: t.now().Add(ttl), weight: localWeight(name, b, nil)})
 	return nil
+}
+
+// reweigh charges name's value again, where it holds the version whose
+// variants v are: a variant was added to it. Its encoded form stays
+// without: a read through it only compresses again.
+func (t *localTier) reweigh(name string, v *variants) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cache.ComputeIfPresent(name, func(cur localValue) (localValue, otter.ComputeOp) {
+		if cur.r.variants != v {
+			return cur, otter.CancelOp
+		}
+		cur.weight = localWeight(name, cur.b, v)
+		return cur, otter.WriteOp
+	})
+}
+
+// localWeight is what a value costs the heap: its key, its encoded record
+// (which its parsed record's slices point into), its variants made since,
+// and the overhead.
+func localWeight(name string, b []byte, v *variants) uint32 {
+	return uint32(min(len(name)+sizeClass(cap(b))+v.size()+localValueOverhead, 1<<31))
 }
 
 func (t *localTier) del(_ context.Context, name string) error {

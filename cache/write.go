@@ -78,11 +78,12 @@ func (c *Cache) Resolve(ctx context.Context, k Key) (upstream.Listing, error) {
 	return c.src.ListingByNumber(ctx, k.FirmID, k.No)
 }
 
-// Replace replaces the listing current with next and caches the result.
-func (c *Cache) Replace(ctx context.Context, current, next upstream.Listing) (Written, error) {
+// Replace replaces the listing current with next, where cond holds, and
+// caches the result. A failed precondition changes nothing.
+func (c *Cache) Replace(ctx context.Context, current, next upstream.Listing, cond upstream.Precondition) (Written, error) {
 	identity, trusted := c.trustedIdentity()
 	next.ID, next.FirmID = current.ID, current.FirmID
-	stored, err := c.src.UpdateListing(ctx, next)
+	stored, err := c.src.UpdateListing(ctx, next, cond)
 	if err != nil {
 		c.afterFailedWrite(ctx, current, err)
 		return Written{}, err
@@ -99,12 +100,12 @@ func (c *Cache) Replace(ctx context.Context, current, next upstream.Listing) (Wr
 	return Written{Listing: stored, Entry: e, published: published, identity: identity}, nil
 }
 
-// Delete deletes the listing current; both keys then hold "absent". Ids
-// and numbers are never reused, so the tombstone may stay as long as any
-// cached version could.
-func (c *Cache) Delete(ctx context.Context, current upstream.Listing) (Written, error) {
+// Delete deletes the listing current, where cond holds; both keys then
+// hold "absent". Ids and numbers are never reused, so the tombstone may
+// stay as long as any cached version could.
+func (c *Cache) Delete(ctx context.Context, current upstream.Listing, cond upstream.Precondition) (Written, error) {
 	identity, trusted := c.trustedIdentity()
-	gone, err := c.src.DeleteListing(ctx, current.FirmID, current.ID)
+	gone, err := c.src.DeleteListing(ctx, current.FirmID, current.ID, cond)
 	if err != nil {
 		c.afterFailedWrite(ctx, current, err)
 		return Written{}, err

@@ -48,7 +48,7 @@ func TestSlowFillDoesNotOverwriteAnUpdate(t *testing.T) {
 			src.mu.Unlock()
 			updated := old
 			updated.Title = "new"
-			if _, err := c.Replace(ctx, old, updated); err != nil {
+			if _, err := c.Replace(ctx, old, updated, upstream.Precondition{}); err != nil {
 				t.Fatal(err)
 			}
 			close(gate) // the held fill now writes "old", revision 1
@@ -98,7 +98,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 
 			created := l
 			l.Title = "replaced"
-			if _, err := c.Replace(ctx, created, l); err != nil {
+			if _, err := c.Replace(ctx, created, l, upstream.Precondition{}); err != nil {
 				t.Fatal(err)
 			}
 			for _, k := range []Key{ByID(4), ByNumber(2, 1)} {
@@ -108,7 +108,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 				}
 			}
 
-			if _, err := c.Delete(ctx, l); err != nil {
+			if _, err := c.Delete(ctx, l, upstream.Precondition{}); err != nil {
 				t.Fatal(err)
 			}
 			for _, k := range []Key{ByID(4), ByNumber(2, 1)} {
@@ -168,7 +168,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	tier.broken.Store(true)
 	updated := old
 	updated.Title = "new"
-	if _, err := writer.Replace(ctx, old, updated); err != nil {
+	if _, err := writer.Replace(ctx, old, updated, upstream.Precondition{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := writer.Stats().Incoherent; got != 2 {
@@ -232,7 +232,7 @@ func TestSlowFillAfterAFailedPublish(t *testing.T) {
 	tier.broken.Store(true)
 	updated := old
 	updated.Title = "new"
-	if _, err := writer.Replace(ctx, old, updated); err != nil {
+	if _, err := writer.Replace(ctx, old, updated, upstream.Precondition{}); err != nil {
 		t.Fatal(err)
 	}
 	tier.broken.Store(false)
@@ -260,7 +260,7 @@ func TestDeleteWinsOverASlowFill(t *testing.T) {
 			c := tt.give(src)
 			c.cfg.Negative = 0
 			release, done := holdFill(t, c, src, 8)
-			if _, err := c.Delete(context.Background(), l); err != nil {
+			if _, err := c.Delete(context.Background(), l, upstream.Precondition{}); err != nil {
 				t.Fatal(err)
 			}
 			close(release)
@@ -290,7 +290,7 @@ func TestWriteWithUnknownOutcomeRemovesTheKeys(t *testing.T) {
 			src.lostCommit = true
 			updated := old
 			updated.Title = "new"
-			if _, err := c.Replace(ctx, old, updated); !errors.Is(err, upstream.ErrUnavailable) {
+			if _, err := c.Replace(ctx, old, updated, upstream.Precondition{}); !errors.Is(err, upstream.ErrUnavailable) {
 				t.Fatalf("err = %v", err)
 			}
 			for _, k := range []Key{ByID(3), ByNumber(1, 3)} {

@@ -27,6 +27,8 @@ type Config struct {
 	TrustedProxies []string `yaml:"trustedProxies" env:"TRUSTED_PROXIES" help:"CIDRs or addresses whose X-Forwarded-For is believed, comma-separated"`
 	// AccessLog says which requests get an access-log line.
 	AccessLog string `yaml:"accessLog" env:"ACCESS_LOG" help:"access log: all, errors (status 400 and up) or off"`
+	// RequirePrecondition makes writes conditional (RFC 6585 §3).
+	RequirePrecondition bool `yaml:"requirePrecondition" env:"REQUIRE_PRECONDITION" help:"PUT and DELETE without If-Match or If-Unmodified-Since answer 428"`
 
 	JWT   JWT   `yaml:"jwt"`
 	Login Login `yaml:"login"`
@@ -68,7 +70,17 @@ type CDN struct {
 	// token, for revalidation and pre-warming: sent in OriginHeader.
 	OriginSecret settings.Secret `yaml:"originSecret" env:"ORIGIN_SECRET" help:"secret the CDN sends in the origin header to read active listings without a token (secret); empty = off"`
 	OriginHeader string          `yaml:"originHeader" env:"ORIGIN_HEADER" help:"header that carries the origin secret"`
+	// ControlHeader carries the CDN's lifetime and stale rules, which
+	// browsers must not see (RFC 9213); empty: chosen by the purge format.
+	ControlHeader string `yaml:"controlHeader" env:"CONTROL_HEADER" help:"header with the CDN's s-maxage and stale rules: CDN-Cache-Control, Surrogate-Control or Cloudflare-CDN-Cache-Control; empty = by purge.format (Surrogate-Control for fastly, else CDN-Cache-Control)"`
 }
+
+// CDN control headers: RFC 9213's, Fastly's and Cloudflare's own.
+const (
+	CDNCacheControl           = "CDN-Cache-Control"
+	SurrogateControl          = "Surrogate-Control"
+	CloudflareCDNCacheControl = "Cloudflare-CDN-Cache-Control"
+)
 
 // DefaultConfig is the gateway's part of the built-in defaults.
 func DefaultConfig() Config {
@@ -135,6 +147,10 @@ func (c Config) Validate() error {
 	notNegative("http.cdn.sMaxAge", c.CDN.SMaxAge)
 	notNegative("http.cdn.staleWhileRevalidate", c.CDN.StaleWhileRevalidate)
 	notNegative("http.cdn.staleIfError", c.CDN.StaleIfError)
+	if !slices.Contains([]string{"", CDNCacheControl, SurrogateControl, CloudflareCDNCacheControl}, c.CDN.ControlHeader) {
+		errs = append(errs, fmt.Errorf("http.cdn.controlHeader %q: want %s, %s or %s", c.CDN.ControlHeader,
+			CDNCacheControl, SurrogateControl, CloudflareCDNCacheControl))
+	}
 	if c.CDN.OriginSecret != "" && (len(c.CDN.OriginSecret) < 32 || c.CDN.OriginHeader == "") {
 		errs = append(errs, errors.New("http.cdn.originSecret needs at least 32 bytes and an originHeader"))
 	}

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -37,10 +38,13 @@ import (
 type Listings interface {
 	Cached(k cache.Key, now time.Time) (cache.Entry, bool)
 	Get(ctx context.Context, k cache.Key) (cache.Entry, error)
+	// Variant returns an entry's body in a coding, compressed once per
+	// version.
+	Variant(e cache.Entry, c coding.Coding) ([]byte, error)
 	Resolve(ctx context.Context, k cache.Key) (upstream.Listing, error)
 	Create(ctx context.Context, l upstream.Listing) (cache.Written, error)
-	Replace(ctx context.Context, current, next upstream.Listing) (cache.Written, error)
-	Delete(ctx context.Context, current upstream.Listing) (cache.Written, error)
+	Replace(ctx context.Context, current, next upstream.Listing, cond upstream.Precondition) (cache.Written, error)
+	Delete(ctx context.Context, current upstream.Listing, cond upstream.Precondition) (cache.Written, error)
 	// Settle tells the store's change feed that the writes reached every
 	// tier, every gateway and the CDN, so it need not repeat them.
 	Settle(ws ...cache.Written)
@@ -178,12 +182,10 @@ type Server struct {
 	limits  loginLimits
 	proxies []netip.Prefix
 	// pseudonymKey is the HMAC key of the login limiter's pseudonyms.
-	pseudonymKey        []byte
-	privateCacheControl []byte
-	staleCacheControl   string
-	publicCacheControl  string
-	retryAfterSeconds   int
-	openAPIETag         []byte // of the served API description
+	pseudonymKey      []byte
+	controls          cacheControls
+	retryAfterSeconds int
+	apiDescription    openAPIVariants // the served API description
 	// origin is the principal of a CDN that proved the origin secret: no
 	// firm, so it reads active listings only.
 	origin *verifiedToken
@@ -227,40 +229,45 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: request id prefix: %w", err)
 	}
+	z, err := coding.NewCompressor()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	openAPI, err := newOpenAPIVariants(z)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	purger := deps.Purger
 	if purger == nil {
 		purger = NoPurge{}
 	}
 	tracer, propagator := tracing(deps.Tracer)
-	private, public, stale := cacheControls(cfg)
 	return &Server{
-		cfg:                 cfg,
-		listings:            deps.Listings,
-		accounts:            deps.Accounts,
-		purger:              purger,
-		limiter:             deps.Limiter,
-		revoked:             deps.Revoked,
-		log:                 deps.Log,
-		cacheTTL:            deps.CacheTTL,
-		obs:                 deps.Observer,
-		tracer:              tracer,
-		propagator:          propagator,
-		keys:                keys,
-		limits:              cfg.Login.limits(),
-		proxies:             proxies,
-		pseudonymKey:        pseudonymKey(keys),
-		privateCacheControl: []byte(private),
-		staleCacheControl:   stale,
-		publicCacheControl:  public,
-		retryAfterSeconds:   seconds(deps.RetryAfter, 1),
-		openAPIETag:         openAPIETag(),
-		origin:              &verifiedToken{},
-		dummyHash:           dummy,
-		requestIDPrefix:     idPrefix,
-		verified:            newVerifiedTokens(),
-		tokenSeed:           maphash.MakeSeed(),
-		knownKeys:           expirable.NewLRU[[sha256.Size]byte, struct{}](knownKeys, nil, cfg.Login.LimitPeriod),
-		hashing:             newHashing(cfg.Login.HashConcurrency),
+		cfg:               cfg,
+		listings:          deps.Listings,
+		accounts:          deps.Accounts,
+		purger:            purger,
+		limiter:           deps.Limiter,
+		revoked:           deps.Revoked,
+		log:               deps.Log,
+		cacheTTL:          deps.CacheTTL,
+		obs:               deps.Observer,
+		tracer:            tracer,
+		propagator:        propagator,
+		keys:              keys,
+		limits:            cfg.Login.limits(),
+		proxies:           proxies,
+		pseudonymKey:      pseudonymKey(keys),
+		controls:          newCacheControls(cfg),
+		retryAfterSeconds: seconds(deps.RetryAfter, 1),
+		apiDescription:    openAPI,
+		origin:            &verifiedToken{},
+		dummyHash:         dummy,
+		requestIDPrefix:   idPrefix,
+		verified:          newVerifiedTokens(),
+		tokenSeed:         maphash.MakeSeed(),
+		knownKeys:         expirable.NewLRU[[sha256.Size]byte, struct{}](knownKeys, nil, cfg.Login.LimitPeriod),
+		hashing:           newHashing(cfg.Login.HashConcurrency),
 	}, nil
 }
 

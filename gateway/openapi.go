@@ -1,11 +1,13 @@
 package gateway
 
 import (
-	"crypto/sha256"
 	_ "embed"
-	"encoding/base64"
+	"fmt"
 
 	"github.com/gofiber/fiber/v2"
+
+	"github.com/realty-gateway/gateway/coding"
+	"github.com/realty-gateway/gateway/upstream"
 )
 
 // openAPIYAML is the checked-in OpenAPI 3.1 description of App, served as
@@ -14,12 +16,22 @@ import (
 //go:embed openapi.yaml
 var openAPIYAML []byte
 
-// openAPIETag is the strong entity tag of openAPIYAML, made the way the
-// cache tags listing bodies: a quoted base64url SHA-256 prefix. New keeps
-// it in the Server.
-func openAPIETag() []byte {
-	sum := sha256.Sum256(openAPIYAML)
-	return []byte(`"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`)
+// openAPIVariants are the API description in each coding, with its entity
+// tag: made once by New, as the listing bodies are, and tagged the way
+// they are.
+type openAPIVariants [coding.Count]struct{ body, etag []byte }
+
+func newOpenAPIVariants(z *coding.Compressor) (openAPIVariants, error) {
+	var v openAPIVariants
+	identity := upstream.ETag(openAPIYAML)
+	for c := range coding.Count {
+		body, err := z.Compress(c, openAPIYAML)
+		if err != nil {
+			return v, fmt.Errorf("openapi.yaml: %w", err)
+		}
+		v[c].body, v[c].etag = body, coding.AppendTag(nil, identity, c)
+	}
+	return v, nil
 }
 
 // openAPICacheControl lets any cache keep the document for five minutes:
@@ -34,11 +46,21 @@ const openAPIMediaType = "application/yaml"
 // answered like GET, without the body.
 func (s *Server) openAPI(c *fiber.Ctx) error {
 	h := &c.Response().Header
-	h.SetBytesV(fiber.HeaderETag, s.openAPIETag)
+	req := &c.Request().Header
+	h.Set(fiber.HeaderVary, fiber.HeaderAcceptEncoding)
+	cod, ok := coding.Negotiate(req.PeekAll(fiber.HeaderAcceptEncoding))
+	if !ok {
+		return errNotAcceptable
+	}
+	v := s.apiDescription[cod]
+	h.SetBytesV(fiber.HeaderETag, v.etag)
 	h.Set(fiber.HeaderCacheControl, openAPICacheControl)
-	if etagMatches(c.Request().Header.Peek(fiber.HeaderIfNoneMatch), s.openAPIETag) {
+	if noneMatch(req.PeekAll(fiber.HeaderIfNoneMatch), v.etag) {
 		return c.SendStatus(fiber.StatusNotModified)
 	}
+	if cod != coding.Identity {
+		h.Set(fiber.HeaderContentEncoding, cod.Name())
+	}
 	h.SetContentType(openAPIMediaType)
-	return c.Send(openAPIYAML)
+	return c.Send(v.body)
 }

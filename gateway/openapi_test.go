@@ -201,6 +201,7 @@ var viewStatuses = map[string]string{
 	"400": "malformed ref (errBadPath)",
 	"401": "missing or invalid token (requireToken)",
 	"404": "no such listing, or another firm's passive one (upstream.ErrNotFound)",
+	"406": "Accept-Encoding refuses every coding (errNotAcceptable)",
 	"431": "request head over HeaderLimit (Fiber's serverErrorHandler)",
 	"503": "store unavailable or deadline passed with nothing cached (upstream.ErrUnavailable)",
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/zstd"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/pb33f/libopenapi-validator/config"
@@ -196,18 +199,18 @@ func (s *storeSwitch) ImportListings(ctx context.Context, ls []upstream.Listing)
 	return s.Guarded.ImportListings(ctx, ls)
 }
 
-func (s *storeSwitch) UpdateListing(ctx context.Context, l upstream.Listing) (upstream.Listing, error) {
+func (s *storeSwitch) UpdateListing(ctx context.Context, l upstream.Listing, cond upstream.Precondition) (upstream.Listing, error) {
 	if err := s.fail(); err != nil {
 		return upstream.Listing{}, err
 	}
-	return s.Guarded.UpdateListing(ctx, l)
+	return s.Guarded.UpdateListing(ctx, l, cond)
 }
 
-func (s *storeSwitch) DeleteListing(ctx context.Context, firmID, id int64) (upstream.Listing, error) {
+func (s *storeSwitch) DeleteListing(ctx context.Context, firmID, id int64, cond upstream.Precondition) (upstream.Listing, error) {
 	if err := s.fail(); err != nil {
 		return upstream.Listing{}, err
 	}
-	return s.Guarded.DeleteListing(ctx, firmID, id)
+	return s.Guarded.DeleteListing(ctx, firmID, id, cond)
 }
 
 func (s *storeSwitch) FirmByKeyDigest(ctx context.Context, digest []byte) (upstream.Firm, error) {
@@ -280,7 +283,9 @@ func startLiveGateway(t *testing.T, change func(*Config), fresh time.Duration) *
 	}
 	go f.app.Listener(ln) //nolint:errcheck // ends with Shutdown
 	t.Cleanup(func() { f.app.Shutdown() })
-	transport := &http.Transport{}
+	// No transparent gzip: each exchange asks for the coding it names,
+	// and sees the bytes as sent.
+	transport := &http.Transport{DisableCompression: true}
 	t.Cleanup(transport.CloseIdleConnections)
 	return &liveGateway{addr: ln.Addr().String(), store: store, client: &http.Client{Transport: transport, Timeout: 10 * time.Second}}
 }
@@ -368,7 +373,40 @@ func rewind(t *testing.T, req *http.Request, a answer) {
 		}
 		req.Body = b
 	}
-	a.Response.Body = io.NopCloser(bytes.NewReader(a.body))
+	a.Response.Body = io.NopCloser(bytes.NewReader(decoded(t, a)))
+}
+
+// decoded is a's body without its content coding: the document describes
+// the representation's data, whatever its coding.
+func decoded(t *testing.T, a answer) []byte {
+	t.Helper()
+	var r io.Reader
+	switch ce := a.Header.Get("Content-Encoding"); ce {
+	case "":
+		return a.body
+	case "gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(a.body))
+		if err != nil {
+			t.Fatalf("gzip body: %v", err)
+		}
+		r = zr
+	case "br":
+		r = brotli.NewReader(bytes.NewReader(a.body))
+	case "zstd":
+		zr, err := zstd.NewReader(bytes.NewReader(a.body))
+		if err != nil {
+			t.Fatalf("zstd body: %v", err)
+		}
+		defer zr.Close()
+		r = zr
+	default:
+		t.Fatalf("Content-Encoding %q", ce)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("%s body: %v", a.Header.Get("Content-Encoding"), err)
+	}
+	return b
 }
 
 // check validates a documented exchange: the request (which must be
@@ -506,7 +544,7 @@ func (g *liveGateway) head(t *testing.T, sv *specValidator, ex exchange) {
 	if resp.StatusCode != got.StatusCode || len(body) != 0 {
 		t.Fatalf("HEAD %s: status %d with %d body bytes; GET: %d", ex.path, resp.StatusCode, len(body), got.StatusCode)
 	}
-	for _, h := range []string{"Content-Type", "Content-Length", "ETag", "Cache-Control", "Vary", "X-Cache"} {
+	for _, h := range []string{"Content-Type", "Content-Length", "Content-Encoding", "ETag", "Cache-Control", "Vary", "X-Cache"} {
 		if resp.Header.Get(h) != got.Header.Get(h) {
 			t.Errorf("HEAD %s: %s %q, GET %q", ex.path, h, resp.Header.Get(h), got.Header.Get(h))
 		}
@@ -649,6 +687,22 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 		t.Run("HEAD", func(t *testing.T) {
 			g.head(t, sv, exchange{path: "/realty/1", auth: owner, want: 200})
 			g.head(t, sv, exchange{path: "/realty/999", auth: owner, want: 404})
+			for _, ae := range []string{"gzip", "br", "zstd", "gzip, deflate, br, zstd"} {
+				g.head(t, sv, exchange{path: "/realty/1", auth: owner, header: map[string]string{"Accept-Encoding": ae}, want: 200})
+			}
+		})
+		t.Run("codings", func(t *testing.T) {
+			identity := g.do(t, sv, exchange{method: "GET", path: "/realty/1", auth: owner, want: 200})
+			for _, ae := range []string{"gzip", "br", "zstd", "gzip, deflate, br, zstd", "identity;q=0, zstd"} {
+				a := g.do(t, sv, exchange{method: "GET", path: "/realty/1", auth: owner, header: map[string]string{"Accept-Encoding": ae}, want: 200})
+				if !bytes.Equal(decoded(t, a), identity.body) || a.Header.Get("Content-Encoding") == "" {
+					t.Errorf("Accept-Encoding %q: %s body that does not decode to the identity one", ae, a.Header.Get("Content-Encoding"))
+				}
+				g.do(t, sv, exchange{method: "GET", path: "/realty/1", auth: owner,
+					header: map[string]string{"Accept-Encoding": ae, "If-None-Match": a.Header.Get("ETag")}, want: 304})
+			}
+			g.do(t, sv, exchange{method: "GET", path: "/realty/1", auth: owner, header: map[string]string{"Accept-Encoding": "identity;q=0"}, want: 406})
+			g.do(t, sv, exchange{method: "GET", path: "/realty/1", auth: owner, header: map[string]string{"Accept-Encoding": "*;q=0"}, want: 406})
 		})
 	})
 
@@ -699,12 +753,25 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 			{name: "no such listing", ex: exchange{path: "/realty/999", auth: owner, body: asRead, want: 404}},
 			{name: "not a JSON content type", ex: exchange{path: "/realty/1", auth: owner, body: asRead, header: map[string]string{"Content-Type": "text/plain"}, want: 415, refused: true}},
 			{name: "no token", ex: exchange{path: "/realty/1", body: asRead, want: 401, refused: true}},
+			{name: "If-Match of an older version", ex: exchange{path: "/realty/1", auth: owner, body: asRead,
+				header: map[string]string{"If-Match": current.Header.Get("ETag")}, want: 412}},
+			{name: "If-None-Match *", ex: exchange{path: "/realty/1", auth: owner, body: asRead, header: map[string]string{"If-None-Match": "*"}, want: 412}},
+			{name: "malformed If-Match", ex: exchange{path: "/realty/1", auth: owner, body: asRead, header: map[string]string{"If-Match": "abc"}, want: 400}},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				tt.ex.method = http.MethodPut
 				g.do(t, sv, tt.ex)
 			})
 		}
+		latest := g.do(t, sv, exchange{method: "GET", path: "/realty/1", auth: owner, header: map[string]string{"Accept-Encoding": "gzip"}, want: 200})
+		written := g.do(t, sv, exchange{method: "PUT", path: "/realty/1", auth: owner, body: asRead,
+			header: map[string]string{"If-Match": latest.Header.Get("ETag")}, want: 200})
+		if written.Header.Get("ETag") != "" || written.Header.Get("Listing-ETag") == "" || written.Header.Get("Content-Location") != "/realty/1" {
+			t.Errorf("PUT answered ETag %q, Listing-ETag %q, Content-Location %q; want none, the new tag, /realty/1",
+				written.Header.Get("ETag"), written.Header.Get("Listing-ETag"), written.Header.Get("Content-Location"))
+		}
+		g.do(t, sv, exchange{method: "PUT", path: "/realty/1", auth: owner, body: asRead,
+			header: map[string]string{"If-Match": written.Header.Get("Listing-ETag")}, want: 200})
 	})
 
 	t.Run("delete", func(t *testing.T) {
@@ -723,7 +790,10 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 			{name: "another firm's listing", ex: exchange{path: byID, auth: other, want: 404}},
 			{name: "malformed ref", ex: exchange{path: "/realty/1-", auth: owner, want: 400, refused: true}},
 			{name: "no token", ex: exchange{path: byID, want: 401, refused: true}},
-			{name: "by id", ex: exchange{path: byID, auth: owner, want: 204}},
+			{name: "If-Match of another tag", ex: exchange{path: byID, auth: owner, header: map[string]string{"If-Match": `"other"`}, want: 412}},
+			{name: "If-Unmodified-Since before it was written", ex: exchange{path: byID, auth: owner,
+				header: map[string]string{"If-Unmodified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"}, want: 412}},
+			{name: "by id", ex: exchange{path: byID, auth: owner, header: map[string]string{"If-Match": created.Header.Get("ETag")}, want: 204}},
 			{name: "again", ex: exchange{path: byID, auth: owner, want: 404}},
 			{name: "by number", ex: exchange{path: "/realty/" + n.ListingID, auth: owner, want: 204}},
 			{name: "no such listing", ex: exchange{path: "/realty/999", auth: owner, want: 404}},
@@ -734,6 +804,18 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 			})
 		}
 		g.do(t, sv, exchange{method: "GET", path: byID, auth: owner, want: 404})
+	})
+
+	t.Run("preconditions required", func(t *testing.T) {
+		strict := startLiveGateway(t, func(c *Config) { c.RequirePrecondition = true }, time.Minute)
+		current := strict.do(t, sv, exchange{method: "GET", path: "/realty/1", auth: owner, want: 200})
+		body := listingBody(t, current, nil)
+		strict.do(t, sv, exchange{method: "PUT", path: "/realty/1", auth: owner, body: body, want: 428})
+		strict.do(t, sv, exchange{method: "PUT", path: "/realty/1", auth: owner, body: body,
+			header: map[string]string{"If-None-Match": `"x"`}, want: 428})
+		strict.do(t, sv, exchange{method: "DELETE", path: "/realty/1", auth: owner, want: 428})
+		strict.do(t, sv, exchange{method: "PUT", path: "/realty/1", auth: owner, body: body,
+			header: map[string]string{"If-Match": current.Header.Get("ETag")}, want: 200})
 	})
 
 	t.Run("document", func(t *testing.T) {
@@ -753,6 +835,15 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 		g.do(t, sv, exchange{method: "GET", path: "/openapi.yaml", header: map[string]string{"If-None-Match": etag}, want: 304})
 		g.do(t, sv, exchange{method: "GET", path: "/openapi.yaml", header: map[string]string{"If-None-Match": `"other"`}, want: 200})
 		g.head(t, sv, exchange{path: "/openapi.yaml", want: 200})
+		for _, ae := range []string{"gzip", "br", "zstd"} {
+			a := g.do(t, sv, exchange{method: "GET", path: "/openapi.yaml", header: map[string]string{"Accept-Encoding": ae}, want: 200})
+			if !bytes.Equal(decoded(t, a), checkedIn) || len(a.body) >= len(checkedIn)/3 {
+				t.Errorf("%s: %d bytes that decode to %d, not the %d of the document, a third or less", ae, len(a.body), len(decoded(t, a)), len(checkedIn))
+			}
+			g.do(t, sv, exchange{method: "GET", path: "/openapi.yaml", header: map[string]string{"Accept-Encoding": ae, "If-None-Match": a.Header.Get("ETag")}, want: 304})
+			g.head(t, sv, exchange{path: "/openapi.yaml", header: map[string]string{"Accept-Encoding": ae}, want: 200})
+		}
+		g.do(t, sv, exchange{method: "GET", path: "/openapi.yaml", header: map[string]string{"Accept-Encoding": "identity;q=0"}, want: 406})
 	})
 
 	t.Run("undocumented", func(t *testing.T) {

@@ -61,6 +61,8 @@ func statusOf(err error) (int, string) {
 		return fiber.StatusConflict, "The listing number is already used by this firm."
 	case errors.Is(err, upstream.ErrNotFound):
 		return fiber.StatusNotFound, "No such listing."
+	case errors.Is(err, upstream.ErrPreconditionFailed):
+		return fiber.StatusPreconditionFailed, "The listing has changed since the version the preconditions name; nothing was written. Read it again."
 	case errors.Is(err, upstream.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return fiber.StatusServiceUnavailable, "The listing store is unavailable; try again later."
 	case errors.Is(err, errBusy):

@@ -78,28 +78,48 @@ func TestQueryDoesNotSplitTheCacheKey(t *testing.T) {
 }
 
 // TestCacheControlModes: listings are private by default; in CDN mode
-// active ones are public and tagged for purges. A stale copy, served while
-// the store fails, is never sent as fresh: it carries its Age, and shared
-// caches get no freshness lifetime, only stale-if-error.
+// active ones are public and tagged for purges, and the CDN's lifetime and
+// stale rules go in its own header (CDN-Cache-Control, or Fastly's
+// Surrogate-Control), never in the Cache-Control that browsers read: a
+// browser is never told it may show a stale listing. A stale copy, served
+// while the store fails, is never sent as fresh: it carries its Age, and
+// the CDN gets no freshness lifetime, only stale-if-error. Every listing
+// response varies with Accept-Encoding.
 func TestCacheControlModes(t *testing.T) {
+	fastly := func(c *Config) { cdnMode(c); c.CDN.ControlHeader = SurrogateControl }
 	tests := []struct {
-		name        string
-		give        func(*Config)
-		stale       bool // the store fails: a copy stored an hour ago is served
-		path        string
-		wantCC      string
-		wantSKey    string
-		wantVaryAut bool
-		wantAge     int // the Age must be above; 0: no Age
+		name     string
+		give     func(*Config)
+		stale    bool // the store fails: a copy stored an hour ago is served
+		path     string
+		wantCC   string
+		wantCDN  [2]string // the CDN's header and its value; none where empty
+		wantSKey string
+		wantVary string
+		wantAge  int // the Age must be above; 0: no Age
 	}{
-		{name: "default", path: "/realty/1", wantCC: "private, no-cache", wantVaryAut: true},
-		{name: "max-age", give: func(c *Config) { c.MaxAge = 30 * time.Second }, path: "/realty/1", wantCC: "private, max-age=30", wantVaryAut: true},
-		{name: "CDN, active", give: cdnMode, path: "/realty/1",
-			wantCC: "public, max-age=0, s-maxage=60, stale-while-revalidate=30, stale-if-error=3600", wantSKey: "realty-1 firm-1"},
-		{name: "CDN, passive", give: cdnMode, path: "/realty/2", wantCC: "private, no-cache", wantVaryAut: true},
-		{name: "stale, CDN mode", give: cdnMode, stale: true, path: "/realty/1",
-			wantCC: "public, max-age=0, s-maxage=0, stale-if-error=3600", wantSKey: "realty-1 firm-1", wantAge: 3500},
-		{name: "stale, private", stale: true, path: "/realty/1", wantCC: "private, no-cache", wantVaryAut: true, wantAge: 3500},
+		{name: "default", path: "/realty/1", wantCC: "private, no-cache", wantVary: "Authorization, Accept-Encoding"},
+		{name: "max-age", give: func(c *Config) { c.MaxAge = 30 * time.Second }, path: "/realty/1", wantCC: "private, max-age=30",
+			wantVary: "Authorization, Accept-Encoding"},
+		{name: "CDN, active", give: cdnMode, path: "/realty/1", wantCC: "public, max-age=0, must-revalidate",
+			wantCDN:  [2]string{"CDN-Cache-Control", "max-age=60, stale-while-revalidate=30, stale-if-error=3600"},
+			wantSKey: "realty-1 firm-1", wantVary: "Accept-Encoding"},
+		{name: "CDN, active, browser max-age", give: func(c *Config) { cdnMode(c); c.MaxAge = 10 * time.Second }, path: "/realty/1",
+			wantCC:   "public, max-age=10, must-revalidate",
+			wantCDN:  [2]string{"CDN-Cache-Control", "max-age=60, stale-while-revalidate=30, stale-if-error=3600"},
+			wantSKey: "realty-1 firm-1", wantVary: "Accept-Encoding"},
+		{name: "CDN, Fastly", give: fastly, path: "/realty/1", wantCC: "public, max-age=0, must-revalidate",
+			wantCDN:  [2]string{"Surrogate-Control", "max-age=60, stale-while-revalidate=30, stale-if-error=3600"},
+			wantSKey: "realty-1 firm-1", wantVary: "Accept-Encoding"},
+		{name: "CDN, passive", give: cdnMode, path: "/realty/2", wantCC: "private, no-cache", wantVary: "Authorization, Accept-Encoding"},
+		{name: "stale, CDN mode", give: cdnMode, stale: true, path: "/realty/1", wantCC: "public, max-age=0, must-revalidate",
+			wantCDN:  [2]string{"CDN-Cache-Control", "max-age=0, stale-if-error=3600"},
+			wantSKey: "realty-1 firm-1", wantVary: "Accept-Encoding", wantAge: 3500},
+		{name: "stale, Fastly", give: fastly, stale: true, path: "/realty/1", wantCC: "public, max-age=0, must-revalidate",
+			wantCDN:  [2]string{"Surrogate-Control", "max-age=0, stale-if-error=3600"},
+			wantSKey: "realty-1 firm-1", wantVary: "Accept-Encoding", wantAge: 3500},
+		{name: "stale, private", stale: true, path: "/realty/1", wantCC: "private, no-cache",
+			wantVary: "Authorization, Accept-Encoding", wantAge: 3500},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,8 +132,21 @@ func TestCacheControlModes(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d: %s", resp.StatusCode, body)
 			}
-			if got := resp.Header.Get("Cache-Control"); got != tt.wantCC {
-				t.Fatalf("Cache-Control = %q, want %q", got, tt.wantCC)
+			cc := resp.Header.Get("Cache-Control")
+			if cc != tt.wantCC {
+				t.Fatalf("Cache-Control = %q, want %q", cc, tt.wantCC)
+			}
+			if strings.Contains(cc, "stale") || strings.Contains(cc, "s-maxage") {
+				t.Fatalf("Cache-Control %q tells a browser it may serve stale or gives shared caches a lifetime", cc)
+			}
+			for _, h := range []string{"CDN-Cache-Control", "Surrogate-Control", "Cloudflare-CDN-Cache-Control"} {
+				want := ""
+				if h == tt.wantCDN[0] {
+					want = tt.wantCDN[1]
+				}
+				if got := resp.Header.Get(h); got != want {
+					t.Fatalf("%s = %q, want %q", h, got, want)
+				}
 			}
 			if got := resp.Header.Get("Surrogate-Key"); got != tt.wantSKey {
 				t.Fatalf("Surrogate-Key = %q, want %q", got, tt.wantSKey)
@@ -121,8 +154,8 @@ func TestCacheControlModes(t *testing.T) {
 			if tt.wantSKey != "" && resp.Header.Get("Cache-Tag") != strings.ReplaceAll(tt.wantSKey, " ", ",") {
 				t.Fatalf("Cache-Tag = %q", resp.Header.Get("Cache-Tag"))
 			}
-			if got := resp.Header.Get("Vary") == "Authorization"; got != tt.wantVaryAut {
-				t.Fatalf("Vary = %q", resp.Header.Get("Vary"))
+			if got := resp.Header.Values("Vary"); len(got) != 1 || got[0] != tt.wantVary {
+				t.Fatalf("Vary = %q, want %q", got, tt.wantVary)
 			}
 			age, err := strconv.Atoi(resp.Header.Get("Age"))
 			switch {

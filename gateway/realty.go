@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -59,69 +61,126 @@ func (s *Server) view(c *fiber.Ctx) error {
 	if !e.Active && e.FirmID != principalOf(c).FirmID {
 		return upstream.ErrNotFound
 	}
-	s.cacheHeaders(c, e, now)
 	// Header names here are in fasthttp's normalized form already
 	// ("Etag", "X-Request-Id"): SetCanonical skips normalizing them, which
 	// costs more than the rest of a hit.
 	h := &c.Response().Header
+	req := &c.Request().Header
+	cod, acceptable := coding.Negotiate(req.PeekAll(fiber.HeaderAcceptEncoding))
+	if !acceptable {
+		h.SetCanonical([]byte(fiber.HeaderVary), s.vary(e))
+		return errNotAcceptable
+	}
+	var tagBuf [64]byte
+	tag := coding.AppendTag(tagBuf[:0], e.ETag, cod)
+	s.cacheHeaders(c, e, tag, now)
 	h.SetCanonical([]byte("X-Cache"), []byte(e.State.String()))
 	var buf [64]byte
 	h.SetCanonical([]byte("Cache-Status"), appendCacheStatus(buf[:0], e, now))
-	if etagMatches(c.Request().Header.Peek(fiber.HeaderIfNoneMatch), e.ETag) {
+	if len(req.Peek(fiber.HeaderIfNoneMatch)) > 0 && noneMatch(req.PeekAll(fiber.HeaderIfNoneMatch), tag) {
 		return c.SendStatus(fiber.StatusNotModified)
 	}
+	body, err := s.listings.Variant(e, cod)
+	if err != nil {
+		return err
+	}
+	if cod != coding.Identity {
+		h.SetCanonical([]byte(fiber.HeaderContentEncoding), []byte(cod.Name()))
+	}
 	h.SetContentType(fiber.MIMEApplicationJSON)
-	return c.Send(e.Body)
+	return c.Send(body)
 }
 
-// cacheHeaders says who may keep a listing response. By default only the
-// browser, revalidating with the ETag (RFC 9111: a shared cache must not
-// reuse a response to a request with Authorization unless it is marked
-// public). In CDN mode active listings are public and tagged for purging;
-// passive listings never are.
+// errNotAcceptable answers a request whose Accept-Encoding refuses every
+// coding the gateway sends, identity included.
+var errNotAcceptable = &problem{status: fiber.StatusNotAcceptable,
+	detail: "Accept-Encoding refuses every coding of this listing: identity, br, gzip and zstd."}
+
+// cacheHeaders says who may keep a listing response, and its entity tag:
+// that of the coding sent. By default only the browser, revalidating with
+// the ETag (RFC 9111: a shared cache must not reuse a response to a
+// request with Authorization unless it is marked public). In CDN mode
+// active listings are public and tagged for purging; passive listings
+// never are. The CDN's lifetime and stale rules go in a header of its own
+// (RFC 9213's CDN-Cache-Control, or Fastly's Surrogate-Control), which
+// browsers ignore: their Cache-Control never lets them show a stale copy.
 //
 // A stale copy, served while the store fails, is never sent as fresh: it
-// carries its Age, and shared caches get no freshness lifetime, only
-// stale-if-error, so a CDN keeps asking and stores the fresh version as
-// soon as the store answers.
-func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry, now time.Time) {
+// carries its Age, and the CDN gets no freshness lifetime, only
+// stale-if-error, so it keeps asking and stores the fresh version as soon
+// as the store answers.
+func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry, etag []byte, now time.Time) {
 	h := &c.Response().Header
-	h.SetCanonical([]byte("Etag"), e.ETag)
+	h.SetCanonical([]byte("Etag"), etag)
+	h.SetCanonical([]byte(fiber.HeaderVary), s.vary(e))
 	stale := e.State == cache.Stale
 	if stale {
 		storedAt := e.FreshUntil - s.cacheTTL.Milliseconds()
 		var buf [20]byte
 		h.SetCanonical([]byte("Age"), strconv.AppendInt(buf[:0], max(0, (now.UnixMilli()-storedAt)/1000), 10))
 	}
-	if s.cfg.CDN.PublicActive && e.Active {
-		if stale {
-			c.Set(fiber.HeaderCacheControl, s.staleCacheControl)
-		} else {
-			c.Set(fiber.HeaderCacheControl, s.publicCacheControl)
-		}
-		keys := surrogateKeys(e.ID, e.FirmID)
-		c.Set("Surrogate-Key", strings.Join(keys, " "))
-		c.Set("Cache-Tag", strings.Join(keys, ","))
+	if !s.public(e) {
+		h.SetCanonical([]byte(fiber.HeaderCacheControl), s.controls.private)
 		return
 	}
-	h.SetCanonical([]byte(fiber.HeaderCacheControl), s.privateCacheControl)
-	h.SetCanonical([]byte(fiber.HeaderVary), []byte(fiber.HeaderAuthorization))
+	h.SetCanonical([]byte(fiber.HeaderCacheControl), s.controls.browser)
+	if stale {
+		h.SetCanonical(s.controls.cdnHeader, s.controls.cdnStale)
+	} else {
+		h.SetCanonical(s.controls.cdnHeader, s.controls.cdn)
+	}
+	keys := surrogateKeys(e.ID, e.FirmID)
+	c.Set("Surrogate-Key", strings.Join(keys, " "))
+	c.Set("Cache-Tag", strings.Join(keys, ","))
 }
 
-// cacheControls returns the Cache-Control values of listing responses,
-// built once: for private responses, for public ones in CDN mode, and for
-// public ones served stale.
-func cacheControls(cfg Config) (private, public, stale string) {
-	private = "private, no-cache"
+// public reports whether e's responses are for shared caches.
+func (s *Server) public(e cache.Entry) bool { return s.cfg.CDN.PublicActive && e.Active }
+
+// vary names what a listing response depends on besides its path: the
+// coding, and for private responses the token.
+func (s *Server) vary(e cache.Entry) []byte {
+	if s.public(e) {
+		return s.controls.varyPublic
+	}
+	return s.controls.varyPrivate
+}
+
+// cacheControls are the caching header values of listing responses, built
+// once by New.
+type cacheControls struct {
+	// private is the Cache-Control of responses for the token's holder
+	// alone; browser that of public ones, which lets no cache keep them
+	// past their freshness.
+	private, browser []byte
+	// cdnHeader carries the CDN's rules: cdn for a fresh copy, cdnStale
+	// for one served while the store fails.
+	cdnHeader, cdn, cdnStale []byte
+	// varyPublic and varyPrivate are the Vary of each kind.
+	varyPublic, varyPrivate []byte
+}
+
+func newCacheControls(cfg Config) cacheControls {
+	private := "private, no-cache"
 	if cfg.MaxAge > 0 {
 		private = "private, max-age=" + strconv.Itoa(seconds(cfg.MaxAge, 0))
 	}
-	public = "public, max-age=" + strconv.Itoa(seconds(cfg.MaxAge, 0)) +
-		", s-maxage=" + strconv.Itoa(seconds(cfg.CDN.SMaxAge, 0)) +
-		", stale-while-revalidate=" + strconv.Itoa(seconds(cfg.CDN.StaleWhileRevalidate, 0)) +
-		", stale-if-error=" + strconv.Itoa(seconds(cfg.CDN.StaleIfError, 0))
-	stale = "public, max-age=0, s-maxage=0, stale-if-error=" + strconv.Itoa(seconds(cfg.CDN.StaleIfError, 0))
-	return private, public, stale
+	header := cfg.CDN.ControlHeader
+	if header == "" {
+		header = CDNCacheControl
+	}
+	return cacheControls{
+		private: []byte(private),
+		browser: []byte("public, max-age=" + strconv.Itoa(seconds(cfg.MaxAge, 0)) + ", must-revalidate"),
+		// fasthttp's normalized form, as SetCanonical wants it.
+		cdnHeader: []byte(textproto.CanonicalMIMEHeaderKey(header)),
+		cdn: []byte("max-age=" + strconv.Itoa(seconds(cfg.CDN.SMaxAge, 0)) +
+			", stale-while-revalidate=" + strconv.Itoa(seconds(cfg.CDN.StaleWhileRevalidate, 0)) +
+			", stale-if-error=" + strconv.Itoa(seconds(cfg.CDN.StaleIfError, 0))),
+		cdnStale:    []byte("max-age=0, stale-if-error=" + strconv.Itoa(seconds(cfg.CDN.StaleIfError, 0))),
+		varyPublic:  []byte(fiber.HeaderAcceptEncoding),
+		varyPrivate: []byte(fiber.HeaderAuthorization + ", " + fiber.HeaderAcceptEncoding),
+	}
 }
 
 // surrogateKeys tag a listing response for CDN purges: by listing, and by
@@ -154,15 +213,16 @@ func appendCacheStatus(b []byte, e cache.Entry, now time.Time) []byte {
 	}
 }
 
-// etagMatches applies If-None-Match's weak comparison (RFC 9110 §13.1.2).
-func etagMatches(header, etag []byte) bool {
-	if len(header) == 0 {
-		return false
-	}
-	for _, tag := range bytes.Split(header, []byte(",")) {
-		tag = bytes.TrimSpace(tag)
-		if string(tag) == "*" || bytes.Equal(bytes.TrimPrefix(tag, []byte("W/")), etag) {
-			return true
+// noneMatch applies If-None-Match's weak comparison (RFC 9110 §13.1.2) to
+// every line of the field: true where one of its tags, or "*", matches
+// etag.
+func noneMatch(lines [][]byte, etag []byte) bool {
+	for _, line := range lines {
+		for tag := range bytes.SplitSeq(line, []byte(",")) {
+			tag = bytes.TrimSpace(tag)
+			if string(tag) == "*" || upstream.WeakMatch(tag, etag) {
+				return true
+			}
 		}
 	}
 	return false
@@ -195,7 +255,7 @@ func (s *Server) create(c *fiber.Ctx) error {
 	}
 	s.purge(ctx, false, w)
 	c.Location("/realty/" + strconv.FormatInt(w.Listing.ID, 10))
-	return s.sendWritten(c.Status(fiber.StatusCreated), w.Entry)
+	return s.sendWritten(c.Status(fiber.StatusCreated), w.Entry, true)
 }
 
 // purge asks the CDN to drop the written listing's copies and, once it
@@ -231,18 +291,31 @@ func (s *Server) replace(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	cond, err := s.preconditionOf(c)
+	if err != nil {
+		return err
+	}
+	if err := checkPrecondition(cond, current); err != nil {
+		return err
+	}
 	next, err := decodeBody(c)
 	if err != nil {
 		return err
 	}
 	ctx := s.requestContext(c)
-	w, err := s.listings.Replace(ctx, current, next)
+	w, err := s.listings.Replace(ctx, current, next, cond)
 	if err != nil {
 		return err
 	}
 	// A listing that stops being public must not be served even stale.
 	s.purge(ctx, current.IsActive && !w.Listing.IsActive, w)
-	return s.sendWritten(c, w.Entry)
+	// RFC 9110 §9.3.4: no validator, as the stored listing is not the one
+	// sent (the server sets updatedDate and the other members it owns).
+	// The response is the stored listing itself (Content-Location), and
+	// Listing-ETag is the ETag that its reads answer, for the next
+	// conditional write.
+	c.Set(fiber.HeaderContentLocation, "/realty/"+strconv.FormatInt(w.Listing.ID, 10))
+	return s.sendWritten(c, w.Entry, false)
 }
 
 func (s *Server) remove(c *fiber.Ctx) error {
@@ -250,8 +323,15 @@ func (s *Server) remove(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	cond, err := s.preconditionOf(c)
+	if err != nil {
+		return err
+	}
+	if err := checkPrecondition(cond, current); err != nil {
+		return err
+	}
 	ctx := s.requestContext(c)
-	w, err := s.listings.Delete(ctx, current)
+	w, err := s.listings.Delete(ctx, current, cond)
 	if err != nil {
 		return err
 	}
@@ -259,9 +339,19 @@ func (s *Server) remove(c *fiber.Ctx) error {
 	return c.SendStatus(fiber.StatusNoContent)
 }
 
-// sendWritten answers a write with the stored listing.
-func (s *Server) sendWritten(c *fiber.Ctx, e cache.Entry) error {
-	c.Response().Header.SetBytesV(fiber.HeaderETag, e.ETag)
+// headerListingETag carries, in a write's answer, the entity tag that
+// reads of the stored listing answer: a PUT may not send it as ETag.
+const headerListingETag = "Listing-ETag"
+
+// sendWritten answers a write with the stored listing, its tag in
+// Listing-ETag, and in ETag too where validators may be sent (POST's 201
+// describes the created listing; PUT's must not, RFC 9110 §9.3.4).
+func (s *Server) sendWritten(c *fiber.Ctx, e cache.Entry, validators bool) error {
+	h := &c.Response().Header
+	if validators {
+		h.SetBytesV(fiber.HeaderETag, e.ETag)
+	}
+	h.SetBytesV(headerListingETag, e.ETag)
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Send(e.Body)

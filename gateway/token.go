@@ -26,8 +26,8 @@ const (
 	// Neither says why: the reason is the server's to log and count.
 	bearerChallenge       = `Bearer realm="realty"`
 	invalidTokenChallenge = `Bearer realm="realty", error="invalid_token"`
-	principalKey    = "principal"
-	tokenKey        = "token"
+	principalKey          = "principal"
+	tokenKey              = "token"
 )
 
 // SigningKey is one HS256 key; its ID goes in the token's kid header.

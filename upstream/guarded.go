@@ -60,9 +60,11 @@ func NewGuarded(store Store, cfg breaker.Config, lim breaker.Limits, deps Guarde
 func (g *Guarded) BreakerState() breaker.State { return g.guard.State() }
 
 // Answered reports whether err is the store's answer (none, or not found,
-// conflict or invalid) rather than a failure to answer.
+// conflict, invalid or a failed precondition) rather than a failure to
+// answer.
 func Answered(err error) bool {
-	return err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrInvalid)
+	return err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrInvalid) ||
+		errors.Is(err, ErrPreconditionFailed)
 }
 
 // Open reports whether the breaker currently rejects calls.
@@ -144,15 +146,15 @@ func (g *Guarded) ImportListings(ctx context.Context, ls []Listing) ([]Listing, 
 	})
 }
 
-func (g *Guarded) UpdateListing(ctx context.Context, l Listing) (Listing, error) {
+func (g *Guarded) UpdateListing(ctx context.Context, l Listing, cond Precondition) (Listing, error) {
 	return guard(ctx, g, "update_listing", func(ctx context.Context) (Listing, error) {
-		return g.store.UpdateListing(ctx, l)
+		return g.store.UpdateListing(ctx, l, cond)
 	})
 }
 
-func (g *Guarded) DeleteListing(ctx context.Context, firmID, id int64) (Listing, error) {
+func (g *Guarded) DeleteListing(ctx context.Context, firmID, id int64, cond Precondition) (Listing, error) {
 	return guard(ctx, g, "delete_listing", func(ctx context.Context) (Listing, error) {
-		return g.store.DeleteListing(ctx, firmID, id)
+		return g.store.DeleteListing(ctx, firmID, id, cond)
 	})
 }
 

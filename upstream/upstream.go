@@ -302,12 +302,16 @@ type Store interface {
 	// not exist, is deleted or belongs to another firm is ErrNotFound; a
 	// non-zero l.No that differs from the stored one is a
 	// *ValidationError for field "no".
-	UpdateListing(ctx context.Context, l Listing) (Listing, error)
+	// A precondition that does not hold against the stored listing is
+	// ErrPreconditionFailed, and nothing is written.
+	UpdateListing(ctx context.Context, l Listing, cond Precondition) (Listing, error)
 	// DeleteListing deletes listing id of firm firmID, leaving a tombstone
 	// so that its id and number are never used again, and returns the
 	// deleted listing with its revision raised by one. Later reads are
 	// ErrNotFound; so is a missing, deleted or foreign listing.
-	DeleteListing(ctx context.Context, firmID, id int64) (Listing, error)
+	// A precondition that does not hold is ErrPreconditionFailed, as for
+	// UpdateListing.
+	DeleteListing(ctx context.Context, firmID, id int64, cond Precondition) (Listing, error)
 
 	// Empty reports whether the store holds no firm at all.
 	Empty(ctx context.Context) (bool, error)

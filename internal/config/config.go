@@ -117,6 +117,22 @@ func unparsable(environ map[string]string) []string {
 	return bad
 }
 
+// GatewayConfig is the gateway's part, with what it takes from the other
+// parts' settings: where http.cdn.controlHeader names no header, the one
+// that the purged CDN reads. Fastly reads Surrogate-Control (and strips
+// it); Cloudflare, Varnish with the shipped VCL, and RFC 9213's CDNs read
+// CDN-Cache-Control.
+func (c Config) GatewayConfig() gateway.Config {
+	g := c.HTTP
+	if g.CDN.ControlHeader == "" {
+		g.CDN.ControlHeader = gateway.CDNCacheControl
+		if c.Purge.Format == cdn.FormatFastly {
+			g.CDN.ControlHeader = gateway.SurrogateControl
+		}
+	}
+	return g
+}
+
 // CacheDeps are what the listing cache over src takes from the store's
 // and Redis's settings.
 func (c Config) CacheDeps(src cache.Source, tp trace.TracerProvider, log *slog.Logger) cache.Deps {

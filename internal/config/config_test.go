@@ -353,6 +353,35 @@ func writeConfigFile(w io.Writer, cfg Config) error {
 
 func indent(level int) string { return strings.Repeat("  ", level) }
 
+// TestCDNControlHeader: the CDN's rules go in the header the purged CDN
+// reads, unless the setting names one.
+func TestCDNControlHeader(t *testing.T) {
+	inRepositoryRoot(t)
+	tests := []struct {
+		give map[string]string
+		want string
+	}{
+		{map[string]string{}, "CDN-Cache-Control"},
+		{map[string]string{"GATEWAY_CDN_PURGE_FORMAT": "varnish-xkey"}, "CDN-Cache-Control"},
+		{map[string]string{"GATEWAY_CDN_PURGE_FORMAT": "cloudflare"}, "CDN-Cache-Control"},
+		{map[string]string{"GATEWAY_CDN_PURGE_FORMAT": "fastly"}, "Surrogate-Control"},
+		{map[string]string{"GATEWAY_CDN_PURGE_FORMAT": "fastly", "GATEWAY_CDN_CONTROL_HEADER": "CDN-Cache-Control"}, "CDN-Cache-Control"},
+		{map[string]string{"GATEWAY_CDN_CONTROL_HEADER": "Cloudflare-CDN-Cache-Control"}, "Cloudflare-CDN-Cache-Control"},
+	}
+	for _, tt := range tests {
+		cfg, err := Load(tt.give)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.GatewayConfig().CDN.ControlHeader; got != tt.want {
+			t.Errorf("%v: control header %q, want %q", tt.give, got, tt.want)
+		}
+	}
+	if _, err := Load(map[string]string{"GATEWAY_CDN_CONTROL_HEADER": "Cache-Control"}); err == nil || !strings.Contains(err.Error(), "http.cdn.controlHeader") {
+		t.Errorf("GATEWAY_CDN_CONTROL_HEADER=Cache-Control: error %v; want one naming http.cdn.controlHeader", err)
+	}
+}
+
 func TestRedisModeIsValidated(t *testing.T) {
 	c := defaultRedis()
 	c.Mode = "clustered"

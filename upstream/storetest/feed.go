@@ -37,6 +37,7 @@ func RunFeed(t *testing.T, open func(t *testing.T) (FeedStore, Exec)) {
 		{"AdoptReplays", testFeedAdoptReplays},
 		{"Settle", testFeedSettle},
 		{"StoredBodies", testStoredBodies},
+		{"ConditionalAfterOtherWriter", testConditionalAfterOtherWriter},
 	}
 	for _, tt := range suite {
 		t.Run(tt.name, func(t *testing.T) {
@@ -510,7 +511,7 @@ func testStoredBodies(t *testing.T, s FeedStore, exec Exec) {
 
 	next := a
 	next.Title = "Replaced"
-	if _, err := s.UpdateListing(ctx, next); err != nil {
+	if _, err := s.UpdateListing(ctx, next, upstream.Precondition{}); err != nil {
 		t.Fatal(err)
 	}
 	if !kept() {

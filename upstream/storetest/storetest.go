@@ -55,6 +55,9 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 		{"DeleteListing", testDeleteListing},
 		{"DeleteKeepsIDs", testDeleteKeepsIDs},
 		{"ConcurrentUpdates", testConcurrentUpdates},
+		{"ConditionalUpdate", testConditionalUpdate},
+		{"ConditionalDelete", testConditionalDelete},
+		{"ConcurrentConditionalUpdates", testConcurrentConditionalUpdates},
 		{"ConcurrentResponses", testConcurrentResponses},
 		{"CanceledContext", testCanceledContext},
 	}
@@ -966,10 +969,10 @@ func testCanceledContext(t *testing.T, open func(t *testing.T) upstream.Store) {
 			return err
 		}},
 		{"UpdateListing", func() error {
-			_, err := s.UpdateListing(ctx, f.listing(1, 0))
+			_, err := s.UpdateListing(ctx, f.listing(1, 0), upstream.Precondition{})
 			return err
 		}},
-		{"DeleteListing", func() error { _, err := s.DeleteListing(ctx, f.firmA.ID, 1); return err }},
+		{"DeleteListing", func() error { _, err := s.DeleteListing(ctx, f.firmA.ID, 1, upstream.Precondition{}); return err }},
 		{"Empty", func() error { _, err := s.Empty(ctx); return err }},
 		{"Ping", func() error { return s.Ping(ctx) }},
 	}

@@ -35,7 +35,7 @@ func CheckUpgraded(t *testing.T, s upstream.Store) {
 	if err != nil || next[0].No != 4 {
 		t.Fatalf("auto-numbered import after the upgrade = %+v, %v; want number 4", next, err)
 	}
-	deleted, err := s.DeleteListing(ctx, 1, 7)
+	deleted, err := s.DeleteListing(ctx, 1, 7, upstream.Precondition{})
 	if err != nil || deleted.ID != 7 || deleted.No != 3 || deleted.Revision != 2 {
 		t.Fatalf("DeleteListing() = %+v, %v; want listing 7, no 3, revision 2", deleted, err)
 	}

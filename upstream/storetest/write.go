@@ -33,7 +33,7 @@ func seedWrite(t *testing.T, s upstream.Store, f fixture, updated int64) upstrea
 
 func mustUpdate(t *testing.T, s upstream.Store, l upstream.Listing) upstream.Listing {
 	t.Helper()
-	got, err := s.UpdateListing(context.Background(), l)
+	got, err := s.UpdateListing(context.Background(), l, upstream.Precondition{})
 	if err != nil {
 		t.Fatalf("UpdateListing(%d) error = %v", l.ID, err)
 	}
@@ -42,7 +42,7 @@ func mustUpdate(t *testing.T, s upstream.Store, l upstream.Listing) upstream.Lis
 
 func mustDelete(t *testing.T, s upstream.Store, firmID, id int64) upstream.Listing {
 	t.Helper()
-	got, err := s.DeleteListing(context.Background(), firmID, id)
+	got, err := s.DeleteListing(context.Background(), firmID, id, upstream.Precondition{})
 	if err != nil {
 		t.Fatalf("DeleteListing(%d, %d) error = %v", firmID, id, err)
 	}
@@ -224,7 +224,7 @@ func testUpdateRejects(t *testing.T, open func(t *testing.T) upstream.Store) {
 			give := tt.give(f, stored)
 			give.Title = "Changed"
 
-			got, err := s.UpdateListing(ctx, give)
+			got, err := s.UpdateListing(ctx, give, upstream.Precondition{})
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("UpdateListing() = %+v, %v; want %v", got, err, tt.wantErr)
 			}
@@ -316,7 +316,7 @@ func testDeleteListing(t *testing.T, open func(t *testing.T) upstream.Store) {
 				id = tt.giveID(stored)
 			}
 
-			got, err := s.DeleteListing(ctx, firmID, id)
+			got, err := s.DeleteListing(ctx, firmID, id, upstream.Precondition{})
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("DeleteListing() = %+v, %v; want %v", got, err, tt.wantErr)
@@ -336,10 +336,10 @@ func testDeleteListing(t *testing.T, open func(t *testing.T) upstream.Store) {
 			requireSameListing(t, "DeleteListing()", got, want)
 			requireGone(t, s, stored)
 
-			if _, err := s.DeleteListing(ctx, firmID, id); !errors.Is(err, upstream.ErrNotFound) {
+			if _, err := s.DeleteListing(ctx, firmID, id, upstream.Precondition{}); !errors.Is(err, upstream.ErrNotFound) {
 				t.Fatalf("second DeleteListing() error = %v; want ErrNotFound", err)
 			}
-			if _, err := s.UpdateListing(ctx, f.listing(id, 0)); !errors.Is(err, upstream.ErrNotFound) {
+			if _, err := s.UpdateListing(ctx, f.listing(id, 0), upstream.Precondition{}); !errors.Is(err, upstream.ErrNotFound) {
 				t.Fatalf("UpdateListing() after the delete: error = %v; want ErrNotFound", err)
 			}
 			requireGone(t, s, stored)
@@ -413,7 +413,7 @@ func testConcurrentUpdates(t *testing.T, open func(t *testing.T) upstream.Store)
 		wg.Go(func() {
 			l := f.listing(stored.ID, 0)
 			l.Title = fmt.Sprintf("Writer %d", i)
-			got, err := s.UpdateListing(context.Background(), l)
+			got, err := s.UpdateListing(context.Background(), l, upstream.Precondition{})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -47,7 +47,8 @@ type Engine struct {
 // Its methods are documented there.
 type Store struct {
 	e Engine
-	// selectForUpdate reads the listing that an update replaces.
+	// selectForUpdate reads, and locks, the listing that a write replaces,
+	// with its entity tag where the stored one is current.
 	selectForUpdate string
 	// byID and byNumber merge concurrent reads of responses into shared
 	// queries.
@@ -74,7 +75,8 @@ func New(e Engine) *Store {
 	if e.Lookups == nil {
 		e.Lookups = e.DB
 	}
-	query := `SELECT ` + listingColumns + ` FROM listings WHERE id = $1 AND firm_id = $2 AND NOT deleted`
+	query := `SELECT ` + listingColumns + `, CASE WHEN body_revision = revision THEN etag END
+		FROM listings WHERE id = $1 AND firm_id = $2 AND NOT deleted`
 	if e.RowLock != "" {
 		query += " " + e.RowLock
 	}
@@ -311,11 +313,13 @@ func scanListing(row Row) (upstream.Listing, error) {
 // UpdateListing reads and writes in one transaction, which the engine's
 // RowLock (or its write lock from BEGIN) keeps from interleaving with
 // another update of the listing: of two at once, the second replaces what
-// the first wrote, and each raises the revision.
-func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing) (upstream.Listing, error) {
+// the first wrote, and each raises the revision. The precondition is
+// evaluated against the locked row, so that of two writes that expect the
+// same version, the second finds the first's and fails.
+func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing, cond upstream.Precondition) (upstream.Listing, error) {
 	var next upstream.Listing
 	err := inTx(ctx, s.e.DB, func(tx Querier) error {
-		stored, err := scanListing(tx.QueryRow(ctx, s.selectForUpdate, l.ID, l.FirmID))
+		stored, err := s.lockListing(ctx, tx, l.FirmID, l.ID, cond)
 		if err != nil {
 			return err
 		}
@@ -341,16 +345,63 @@ func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing) (upstream
 }
 
 // DeleteListing is one statement, so that it needs no transaction: of two
-// deletes at once, the second finds the row deleted.
-func (s *Store) DeleteListing(ctx context.Context, firmID, id int64) (upstream.Listing, error) {
-	l, err := scanListing(s.e.DB.QueryRow(ctx,
-		`UPDATE listings SET deleted = TRUE, revision = revision + 1
+// deletes at once, the second finds the row deleted. A conditional delete
+// locks the row and evaluates its precondition first, in one transaction.
+func (s *Store) DeleteListing(ctx context.Context, firmID, id int64, cond upstream.Precondition) (upstream.Listing, error) {
+	const del = `UPDATE listings SET deleted = TRUE, revision = revision + 1
 		 WHERE id = $1 AND firm_id = $2 AND NOT deleted
-		 RETURNING `+listingColumns, id, firmID))
+		 RETURNING ` + listingColumns
+	var l upstream.Listing
+	var err error
+	if !cond.Required() {
+		l, err = scanListing(s.e.DB.QueryRow(ctx, del, id, firmID))
+	} else {
+		err = inTx(ctx, s.e.DB, func(tx Querier) error {
+			if _, err := s.lockListing(ctx, tx, firmID, id, cond); err != nil {
+				return err
+			}
+			l, err = scanListing(tx.QueryRow(ctx, del, id, firmID))
+			return err
+		})
+	}
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("delete listing %d of firm %d: %w", id, firmID, err)
 	}
 	return l, nil
+}
+
+// lockListing reads the listing a write replaces, locking it until the
+// transaction ends, and evaluates the write's precondition against it:
+// upstream.ErrPreconditionFailed where it does not hold.
+func (s *Store) lockListing(ctx context.Context, tx Querier, firmID, id int64, cond upstream.Precondition) (upstream.Listing, error) {
+	var (
+		c   columns
+		doc []byte
+		tag *string
+	)
+	err := tx.QueryRow(ctx, s.selectForUpdate, id, firmID).
+		Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &doc, &tag)
+	if err != nil {
+		return upstream.Listing{}, notFound(err)
+	}
+	stored, err := c.listing(doc)
+	if err != nil || !cond.Required() {
+		return stored, err
+	}
+	var etag []byte
+	if tag != nil {
+		etag = []byte(*tag)
+	} else { // written by another writer since its body was made
+		e, err := upstream.Encode(stored)
+		if err != nil {
+			return upstream.Listing{}, err
+		}
+		etag = e.ETag
+	}
+	if !cond.Holds(etag, stored.UpdatedDate) {
+		return upstream.Listing{}, upstream.ErrPreconditionFailed
+	}
+	return stored, nil
 }
 
 func (s *Store) FirmByKeyDigest(ctx context.Context, digest []byte) (upstream.Firm, error) {
