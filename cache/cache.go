@@ -214,9 +214,9 @@ type Cache struct {
 	// tracer, when set, records the singleflight wait of a miss as a span.
 	tracer     trace.Tracer
 	compressor *coding.Compressor
-	group  singleflight.Group
-	queued freshFlights // instead of group while Redis is not trusted
-	now    func() time.Time
+	group      singleflight.Group
+	queued     freshFlights // instead of group while Redis is not trusted
+	now        func() time.Time
 
 	counts counters
 	// tierDown is whether the last tier operation failed; observe logs
