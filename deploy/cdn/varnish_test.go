@@ -505,7 +505,7 @@ func TestVarnishStartedAfterTheGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close(context.Background()) })
-	exec := func(stmt string) {
+	run := func(stmt string) {
 		t.Helper()
 		tag, err := db.Exec(context.Background(), stmt)
 		if err != nil || tag.RowsAffected() == 0 {
@@ -515,8 +515,8 @@ func TestVarnishStartedAfterTheGateway(t *testing.T) {
 	// Work for the feed, made by another writer: listing 2 edited in SQL.
 	// Listing 1's import is settled, so that nothing but the write's own
 	// purge can drop Varnish's copy of it.
-	exec(`UPDATE listings SET document = replace(document, '"title":"passive"', '"title":"passive, edited"') WHERE id = 2`)
-	exec(`UPDATE listing_changes SET applied_at = changed_at, done_at = changed_at WHERE listing_id = 1`)
+	run(`UPDATE listings SET document = replace(document, '"title":"passive"', '"title":"passive, edited"') WHERE id = 2`)
+	run(`UPDATE listing_changes SET applied_at = changed_at, done_at = changed_at WHERE listing_id = 1`)
 
 	started := time.Now()
 	e.startGateway(t)
