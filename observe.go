@@ -56,7 +56,9 @@ func newMetrics(m *metrics.Metrics, listings *cache.Cache, guarded *upstream.Gua
 		func() float64 { return float64(listings.Stats().Shared) })
 	breakers := map[string]func() breaker.State{"store": guarded.BreakerState, "redis": listings.TierBreakerState, "limiter": limiter.BreakerState}
 	if purger != nil {
-		breakers["purge"] = purger.BreakerState
+		// purge: the queue's (retries, repeats, the change feed's purges);
+		// purge-sync: the writes' synchronous purges', closed without sync.
+		breakers["purge"], breakers["purge-sync"] = purger.BreakerState, purger.SyncBreakerState
 		for outcome, read := range map[string]func() uint64{"sent": purger.Sent, "failed": purger.Failed, "dropped": purger.Dropped} {
 			m.CounterFunc("gateway_purges_total", "CDN purge requests by outcome: sent, failed (an attempt), dropped (given up).",
 				prometheus.Labels{"outcome": outcome}, func() float64 { return float64(read()) })

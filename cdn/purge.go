@@ -3,14 +3,18 @@
 // and a plain URL template take, and delivers every purge even through an
 // outage of the CDN: queued, retried with backoff, given up only once the
 // copy it targets has expired anyway, and repeated once after a delay to
-// catch a fetch that was in flight during the write. It knows nothing of
-// listings.
+// catch a fetch that was in flight during the write. A write's purge is
+// foreground (PurgeThen), background work's such as the change feed's is
+// background (PurgeBackground): each has its own queue and the writes'
+// synchronous purges their own breaker, so background failures never
+// refuse a write its purge. It knows nothing of listings.
 //
 // Concurrency: a *Purger is safe for concurrent use; Run must be running
 // for queued purges to be sent.
 package cdn
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,7 +52,8 @@ func DefaultConfig() Config {
 	return Config{Format: FormatTemplate, Timeout: 2 * time.Second}
 }
 
-// DefaultQueue is how many purges may wait unless Deps says otherwise.
+// DefaultQueue is how many purges may wait in each of the two queues
+// (foreground, background) unless Deps says otherwise.
 const DefaultQueue = 4096
 
 // Deps are what a Purger takes from other parts' settings, and its log.
@@ -59,7 +64,7 @@ type Deps struct {
 	GiveUpAfter time.Duration
 	// StoreTimeout is the longest a fetch in flight can take.
 	StoreTimeout time.Duration
-	// Queue is how many purges may wait; 0: DefaultQueue.
+	// Queue is how many purges may wait in each queue; 0: DefaultQueue.
 	Queue int
 	Log   *slog.Logger
 }
@@ -96,12 +101,13 @@ func (c Config) Validate() error {
 
 // job is one purge: its keys, and where it stands.
 type job struct {
-	hard     bool
-	keys     []string
-	giveUp   time.Time
-	next     time.Time // when to send it (again)
-	attempt  int
-	repeated bool // the delayed repeat, or a purge that needs none
+	background bool // background work's: sent after the writes' purges
+	hard       bool
+	keys       []string
+	giveUp     time.Time
+	next       time.Time // when to send it (again)
+	attempt    int
+	repeated   bool // the delayed repeat, or a purge that needs none
 	// done, when set, is told once whether the purge was delivered, or
 	// given up (dropped) instead.
 	done func(delivered bool)
@@ -115,15 +121,25 @@ func (j *job) finish(delivered bool) {
 	}
 }
 
-// Purger sends purges behind its own breaker.
+// Purger sends purges: a write's synchronous purge on the write's own
+// goroutine, everything else through the queues that Run sends.
 type Purger struct {
 	cfg    Config
 	deps   Deps
 	client *http.Client
-	cb     *gobreaker.CircuitBreaker[struct{}]
-	queue  chan *job
-	log    *slog.Logger
-	now    func() time.Time
+	// Two breakers, each judged only on its own attempts: syncCB in front
+	// of the writes' synchronous purges, queueCB in front of Run's sends
+	// (background purges, retries, repeats). A replay failing while the
+	// CDN starts opens queueCB alone, so the next write's purge is judged
+	// on the CDN as it is then; a dead CDN still opens syncCB after three
+	// writes' attempts, and then only the write that probes it each
+	// second waits its timeout.
+	syncCB, queueCB *gobreaker.CircuitBreaker[struct{}]
+	// foreground and background hand jobs to Run, each bounded by
+	// Deps.Queue: a burst of background purges drops no write's.
+	foreground, background chan *job
+	log                    *slog.Logger
+	now                    func() time.Time
 
 	sent, failed, dropped atomic.Uint64
 	// pending counts purges queued and not yet delivered or given up.
@@ -142,13 +158,15 @@ func NewPurger(cfg Config, deps Deps) (*Purger, error) {
 		deps.Queue = DefaultQueue
 	}
 	return &Purger{
-		cfg:    cfg,
-		deps:   deps,
-		client: &http.Client{Timeout: cfg.Timeout},
-		cb:     gobreaker.NewCircuitBreaker[struct{}](breaker.FastFail("cdn-purge", deps.Log)),
-		queue:  make(chan *job, deps.Queue),
-		log:    deps.Log,
-		now:    time.Now,
+		cfg:        cfg,
+		deps:       deps,
+		client:     &http.Client{Timeout: cfg.Timeout},
+		syncCB:     gobreaker.NewCircuitBreaker[struct{}](breaker.FastFail("cdn-purge-sync", deps.Log)),
+		queueCB:    gobreaker.NewCircuitBreaker[struct{}](breaker.FastFail("cdn-purge", deps.Log)),
+		foreground: make(chan *job, deps.Queue),
+		background: make(chan *job, deps.Queue),
+		log:        deps.Log,
+		now:        time.Now,
 	}, nil
 }
 
@@ -164,18 +182,14 @@ func (p *Purger) Purge(ctx context.Context, hard bool, keys ...string) {
 // the CDN acknowledged the purge, with false when it was given up or
 // dropped. A purge still queued when the process ends calls nothing.
 func (p *Purger) PurgeThen(ctx context.Context, hard bool, done func(delivered bool), keys ...string) {
-	if len(keys) == 0 {
-		if done != nil {
-			done(true)
-		}
+	j := p.newJob(false, hard, done, keys)
+	if j == nil {
 		return
 	}
-	hard = hard || !p.cfg.Soft
-	j := &job{hard: hard, keys: keys, giveUp: p.now().Add(p.deps.GiveUpAfter), done: done}
-	if p.cfg.Sync && hard {
+	if p.cfg.Sync && j.hard {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Timeout)
 		defer cancel()
-		if p.attempt(ctx, j) == nil {
+		if p.attempt(ctx, p.syncCB, j) == nil {
 			// Delivered: what is left is the repeat.
 			j.finish(true)
 			j.repeated, j.attempt, j.next = true, 0, p.now().Add(p.repurgeAfter())
@@ -184,21 +198,47 @@ func (p *Purger) PurgeThen(ctx context.Context, hard bool, done func(delivered b
 	p.enqueue(ctx, j)
 }
 
+// PurgeBackground purges as PurgeThen does, for background work such as
+// the change feed's: it never waits, even with Sync, and goes through the
+// background queue, sent after the writes' purges, behind Run's breaker
+// only; its failures never refuse a write's synchronous purge.
+func (p *Purger) PurgeBackground(ctx context.Context, hard bool, done func(delivered bool), keys ...string) {
+	if j := p.newJob(true, hard, done, keys); j != nil {
+		p.enqueue(ctx, j)
+	}
+}
+
+// newJob returns the purge of keys, or nil, having told done, for none.
+func (p *Purger) newJob(background, hard bool, done func(delivered bool), keys []string) *job {
+	if len(keys) == 0 {
+		if done != nil {
+			done(true)
+		}
+		return nil
+	}
+	return &job{background: background, hard: hard || !p.cfg.Soft, keys: keys,
+		giveUp: p.now().Add(p.deps.GiveUpAfter), done: done}
+}
+
 // PurgeNow sends a hard purge of keys once, for at most the purge
 // timeout, and reports whether the CDN acknowledged it. Nothing is queued:
 // it is the operator's command.
 func (p *Purger) PurgeNow(ctx context.Context, keys ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	return p.attempt(ctx, &job{hard: true, keys: keys})
+	return p.attempt(ctx, p.syncCB, &job{hard: true, keys: keys})
 }
 
 func (p *Purger) enqueue(ctx context.Context, j *job) {
 	if !j.repeated {
 		p.pending.Add(1) // before the worker can see it, so never below 0
 	}
+	queue := p.foreground
+	if j.background {
+		queue = p.background
+	}
 	select {
-	case p.queue <- j:
+	case queue <- j:
 	default:
 		if !j.repeated {
 			p.pending.Add(-1)
@@ -220,8 +260,13 @@ func (p *Purger) Dropped() uint64 { return p.dropped.Load() }
 // counted. It grows while the CDN does not take purges.
 func (p *Purger) Pending() int64 { return p.pending.Load() }
 
-// BreakerState is the state of the breaker in front of the CDN.
-func (p *Purger) BreakerState() breaker.State { return breaker.StateOf(p.cb) }
+// BreakerState is the state of the breaker in front of the queued
+// purges (Run's sends).
+func (p *Purger) BreakerState() breaker.State { return breaker.StateOf(p.queueCB) }
+
+// SyncBreakerState is the state of the breaker in front of the writes'
+// synchronous purges; it stays closed without Sync.
+func (p *Purger) SyncBreakerState() breaker.State { return breaker.StateOf(p.syncCB) }
 
 func (p *Purger) repurgeAfter() time.Duration {
 	if p.cfg.RepurgeAfter > 0 {
@@ -250,18 +295,20 @@ func (p *Purger) Run(ctx context.Context) {
 		timer.Reset(p.untilNext(waiting))
 		select {
 		case <-ctx.Done():
-		case j := <-p.queue:
-			// Everything waiting goes out together, batched where the
-			// format allows.
+		// Everything waiting goes out together, batched where the format
+		// allows.
+		case j := <-p.foreground:
+			waiting = p.drainQueue(append(waiting, j))
+		case j := <-p.background:
 			waiting = p.drainQueue(append(waiting, j))
 		case <-timer.C:
 		}
 	}
 	drain, cancel := context.WithTimeout(send, p.cfg.Timeout)
 	defer cancel()
-	waiting = p.drainQueue(waiting)
+	waiting = foregroundFirst(p.drainQueue(waiting))
 	for _, j := range waiting {
-		if !j.repeated && drain.Err() == nil && p.attempt(drain, j) == nil { // failures are logged; the process is ending
+		if !j.repeated && drain.Err() == nil && p.attempt(drain, p.queueCB, j) == nil { // failures are logged; the process is ending
 			p.pending.Add(-1)
 		}
 	}
@@ -271,7 +318,9 @@ func (p *Purger) Run(ctx context.Context) {
 func (p *Purger) drainQueue(waiting []*job) []*job {
 	for {
 		select {
-		case j := <-p.queue:
+		case j := <-p.foreground:
+			waiting = append(waiting, j)
+		case j := <-p.background:
 			waiting = append(waiting, j)
 		default:
 			return waiting
@@ -296,7 +345,7 @@ func (p *Purger) sendDue(ctx context.Context, waiting []*job) []*job {
 		for _, j := range batch {
 			sent.keys = append(sent.keys, j.keys...)
 		}
-		err := p.attempt(ctx, sent)
+		err := p.attempt(ctx, p.queueCB, sent)
 		for _, j := range batch {
 			j.attempt++
 			switch {
@@ -327,10 +376,12 @@ func (p *Purger) sendDue(ctx context.Context, waiting []*job) []*job {
 // maxBatchKeys bounds the keys of one request (Cloudflare takes 30 tags).
 const maxBatchKeys = 30
 
-// batches groups due jobs into requests: formats that take many keys at
-// once (varnish-xkey, cloudflare) get one request per kind for up to
-// maxBatchKeys keys; the others one request per job.
+// batches groups due jobs into requests, the writes' purges leading:
+// formats that take many keys at once (varnish-xkey, cloudflare) get one
+// request per kind for up to maxBatchKeys keys; the others one request
+// per job.
 func (p *Purger) batches(due []*job) [][]*job {
+	due = foregroundFirst(due)
 	if p.cfg.Format != FormatVarnishXkey && p.cfg.Format != FormatCloudflare {
 		out := make([][]*job, len(due))
 		for i, j := range due {
@@ -368,11 +419,26 @@ func (p *Purger) untilNext(waiting []*job) time.Duration {
 	return d
 }
 
-// attempt sends j once through the breaker; nil when the CDN
-// acknowledged it.
-func (p *Purger) attempt(ctx context.Context, j *job) error {
+// foregroundFirst orders jobs in place, the writes' before background
+// work's, each in the order it came.
+func foregroundFirst(jobs []*job) []*job {
+	slices.SortStableFunc(jobs, func(a, b *job) int {
+		return cmp.Compare(boolInt(a.background), boolInt(b.background))
+	})
+	return jobs
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// attempt sends j once through cb; nil when the CDN acknowledged it.
+func (p *Purger) attempt(ctx context.Context, cb *gobreaker.CircuitBreaker[struct{}], j *job) error {
 	j.attempt++
-	_, err := p.cb.Execute(func() (struct{}, error) { return struct{}{}, p.send(ctx, j) })
+	_, err := cb.Execute(func() (struct{}, error) { return struct{}{}, p.send(ctx, j) })
 	if err != nil {
 		p.failed.Add(1)
 		if j.attempt == 1 || !errors.Is(err, gobreaker.ErrOpenState) {

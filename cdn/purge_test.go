@@ -2,6 +2,7 @@ package cdn_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/realty-gateway/gateway/breaker"
 	"github.com/realty-gateway/gateway/cdn"
 	"github.com/realty-gateway/gateway/internal/settings"
 	"github.com/realty-gateway/gateway/internal/testenv"
@@ -252,5 +254,139 @@ func TestNewPurgerRefusesBadSettings(t *testing.T) {
 	cfg, deps := good()
 	if _, err := cdn.NewPurger(cfg, deps); err != nil {
 		t.Fatalf("NewPurger with good settings: %v", err)
+	}
+}
+
+// TestBackgroundFailuresRefuseNoWrite: background purges failing while the
+// CDN starts (a change feed's replay) open the queue's breaker, and the
+// next write's synchronous purge still reaches the CDN as soon as it
+// answers: it is judged on its own breaker, not on the replay's failures.
+func TestBackgroundFailuresRefuseNoWrite(t *testing.T) {
+	fake := newFakeCDN(t)
+	fake.status.Store(http.StatusServiceUnavailable)
+	p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Sync: true, Timeout: time.Second,
+		RepurgeAfter: time.Hour}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
+	run(t, p)
+	p.PurgeBackground(context.Background(), true, nil, "replayed-1")
+	testenv.WaitFor(t, func() bool { return p.BreakerState() == breaker.Open })
+
+	fake.status.Store(0) // the CDN is up
+	var delivered atomic.Int32
+	p.PurgeThen(context.Background(), true, func(ok bool) {
+		if ok {
+			delivered.Add(1)
+		}
+	}, "realty-1")
+	if delivered.Load() != 1 || !slices.Contains(fake.requests(), "POST /realty-1 realty-1") {
+		t.Fatalf("the write's purge returned undelivered (requests %q): refused by the replay's failures", fake.requests())
+	}
+	if s := p.SyncBreakerState(); s != breaker.Closed {
+		t.Fatalf("the writes' breaker is %v, want closed", s)
+	}
+}
+
+// TestDeadCDNCostsAWriteOneTimeoutAtMost: against a CDN that never
+// answers, a write's synchronous purge waits one timeout, never a retry,
+// and after three writes' failures the writes' breaker refuses at once:
+// the next write's purge does not reach the CDN and is queued instead.
+func TestDeadCDNCostsAWriteOneTimeoutAtMost(t *testing.T) {
+	var received atomic.Int32
+	dead := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		received.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body) // then the server notices the client leaving
+		<-r.Context().Done()               // never answers; the client gives up
+	}))
+	t.Cleanup(dead.Close)
+	const timeout = 300 * time.Millisecond
+	p := newPurger(t, cdn.Config{URL: settings.DSN(dead.URL + "/{key}"), Sync: true, Timeout: timeout,
+		RepurgeAfter: time.Hour}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
+	// Run is not running: every request the CDN gets is a write's.
+	for i := range 3 {
+		began := time.Now()
+		p.Purge(context.Background(), true, fmt.Sprintf("realty-%d", i))
+		if took := time.Since(began); took < timeout || took > 10*timeout {
+			t.Fatalf("write %d waited %v for a dead CDN; want one timeout (%v)", i, took, timeout)
+		}
+	}
+	if n := received.Load(); n != 3 {
+		t.Fatalf("the CDN got %d requests from 3 writes; want one each, no retry within a write", n)
+	}
+	if s := p.SyncBreakerState(); s != breaker.Open {
+		t.Fatalf("after 3 writes' failures the writes' breaker is %v, want open", s)
+	}
+	began := time.Now()
+	p.Purge(context.Background(), true, "realty-3")
+	if took := time.Since(began); took >= timeout {
+		t.Fatalf("the 4th write waited %v with the writes' breaker open; want no wait", took)
+	}
+	if n := received.Load(); n != 3 {
+		t.Fatalf("the CDN got %d requests; the 4th write's purge should have been refused by the open breaker", n)
+	}
+	if n := p.Pending(); n != 4 {
+		t.Fatalf("%d purges pending; want all 4 writes' purges queued for retry", n)
+	}
+}
+
+// TestBackgroundPurgesNeitherWaitNorCrowdOutWrites: with Sync, a
+// background purge is queued without an attempt of its own; a burst of
+// them fills only the background queue, and a write's purge still finds
+// room in its own.
+func TestBackgroundPurgesNeitherWaitNorCrowdOutWrites(t *testing.T) {
+	fake := newFakeCDN(t)
+	fake.status.Store(http.StatusServiceUnavailable)
+	p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Sync: true, Timeout: time.Second,
+		RepurgeAfter: time.Hour}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 2, Log: quiet()})
+	var givenUp atomic.Int32
+	for _, k := range []string{"replayed-1", "replayed-2", "replayed-3"} {
+		p.PurgeBackground(context.Background(), true, func(ok bool) {
+			if !ok {
+				givenUp.Add(1)
+			}
+		}, k)
+	}
+	if got := fake.requests(); len(got) != 0 {
+		t.Fatalf("background purges were sent at once (%q); want them queued for Run", got)
+	}
+	if p.Dropped() != 1 || givenUp.Load() != 1 {
+		t.Fatalf("dropped %d (told %d); want the third background purge dropped, the queue holding 2", p.Dropped(), givenUp.Load())
+	}
+	p.PurgeThen(context.Background(), true, func(ok bool) {
+		if !ok {
+			t.Error("the write's purge was given up: the background burst crowded it out")
+		}
+	}, "realty-1") // its attempt fails (503): queued
+	if got := fake.requests(); !slices.Equal(got, []string{"POST /realty-1 realty-1"}) {
+		t.Fatalf("requests %q; want the write's attempt alone", got)
+	}
+	if p.Dropped() != 1 || p.Pending() != 3 {
+		t.Fatalf("dropped %d, pending %d; want the write's purge queued beside the 2 background ones", p.Dropped(), p.Pending())
+	}
+}
+
+// TestWritesPurgesAreSentFirst: a write's queued purge goes out before
+// background purges queued earlier, by the worker and by its last drain at
+// shutdown. Run takes from the two queues in random order, so each is
+// tried in several rounds.
+func TestWritesPurgesAreSentFirst(t *testing.T) {
+	want := []string{"POST /realty-1 realty-1", "POST /replayed-1 replayed-1", "POST /replayed-2 replayed-2"}
+	for round := range 16 {
+		fake := newFakeCDN(t)
+		p := newPurger(t, cdn.Config{URL: settings.DSN(fake.srv.URL + "/{key}"), Timeout: time.Second,
+			RepurgeAfter: time.Hour}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
+		p.PurgeBackground(context.Background(), true, nil, "replayed-1")
+		p.PurgeBackground(context.Background(), true, nil, "replayed-2")
+		p.Purge(context.Background(), true, "realty-1") // queued: no Sync
+		stopping := round%2 == 1
+		if stopping {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // the last drain of a shutdown
+			p.Run(ctx)
+		} else {
+			run(t, p)
+			testenv.WaitFor(t, func() bool { return p.Sent() == 3 })
+		}
+		if got := fake.requests(); !slices.Equal(got, want) {
+			t.Fatalf("round %d (shutting down %v): requests %q, want %q", round, stopping, got, want)
+		}
 	}
 }

@@ -76,9 +76,11 @@ type Target interface {
 	RedisEmpty(ctx context.Context) (bool, error)
 }
 
-// Purger purges the CDN and says when it did.
+// Purger purges the CDN and says when it did. The feed's purges are
+// background work: they never wait, and their failures never refuse a
+// user's write its own purge.
 type Purger interface {
-	PurgeThen(ctx context.Context, hard bool, done func(delivered bool), keys ...string)
+	PurgeBackground(ctx context.Context, hard bool, done func(delivered bool), keys ...string)
 }
 
 // Deps are the consumer's collaborators.
@@ -547,7 +549,7 @@ func (w *worker) purge(ctx context.Context, hard bool, id int64, seqs []int64) {
 		w.inflight[seq] = true
 	}
 	w.mu.Unlock()
-	w.deps.Purger.PurgeThen(ctx, hard, func(delivered bool) {
+	w.deps.Purger.PurgeBackground(ctx, hard, func(delivered bool) {
 		select {
 		case w.purged <- purged{seqs: seqs, delivered: delivered}:
 		default: // the orphan scan purges them again

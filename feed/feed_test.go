@@ -29,7 +29,7 @@ type purges struct {
 	hold    bool
 }
 
-func (p *purges) PurgeThen(_ context.Context, hard bool, done func(bool), keys ...string) {
+func (p *purges) PurgeBackground(_ context.Context, hard bool, done func(bool), keys ...string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	kind := "soft"

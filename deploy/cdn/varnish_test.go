@@ -5,6 +5,7 @@
 package cdn_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/realty-gateway/gateway/internal/faultproxy"
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 	"github.com/realty-gateway/gateway/internal/testenv"
@@ -36,14 +39,39 @@ type edge struct {
 	bin                     string
 	env                     map[string]string
 	varnish                 string // base URL
+	varnishAddr             string
 	purgeProxy, originProxy *faultproxy.Proxy
 	owner, other            string // tokens: the listings' firm, another firm
-	ownerKey                string // the listings' firm's API key
+	ownerKey, otherKey      string // the two firms' API keys
 	firm                    int64
 	client                  *http.Client
 }
 
+// startEdge starts the gateway, then Varnish, and returns once the
+// purges made meanwhile are delivered.
 func startEdge(t *testing.T) *edge {
+	t.Helper()
+	e := newEdge(t)
+	e.startGateway(t)
+	e.startVarnish(t)
+	// The change feed purged the imported listings as the gateway started,
+	// before Varnish listened: those purges failed and opened the queue's
+	// purge breaker. Start once they are delivered and the breaker is
+	// closed.
+	deadline := time.Now().Add(20 * time.Second)
+	for !e.purgesSettled(t) {
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway's purges were not delivered within 20 s of Varnish's start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return e
+}
+
+// newEdge builds the gateway and fills its store: two firms with a user
+// each, and the first firm's listings 1 (active, "v0") and 2 (passive).
+// Neither the gateway nor Varnish runs yet.
+func newEdge(t *testing.T) *edge {
 	t.Helper()
 	if os.Getenv("GATEWAY_VARNISH") != "1" {
 		t.Skip("SKIP: the Varnish test is opt-in; run it with GATEWAY_VARNISH=1 go test -count=1 -v ./deploy/cdn/")
@@ -57,7 +85,7 @@ func startEdge(t *testing.T) *edge {
 	}
 	e := &edge{client: &http.Client{Timeout: 10 * time.Second}}
 	varnishAddr := gatewaytest.FreeAddr(t)
-	e.varnish = "http://" + varnishAddr
+	e.varnish, e.varnishAddr = "http://"+varnishAddr, varnishAddr
 	e.purgeProxy = faultproxy.New(t, varnishAddr)
 	prefix := testenv.RandomName("cdn") + ":"
 	env := map[string]string{
@@ -90,29 +118,31 @@ func startEdge(t *testing.T) *edge {
 	listings := fmt.Sprintf(`[{"id":1,"no":1,"firmId":%[1]d,"firmUserId":1,"title":"v0","categoryId":1,"location":{"cityId":34}},
 		{"id":2,"no":2,"firmId":%[1]d,"firmUserId":1,"title":"passive","isActive":false,"categoryId":1,"location":{"cityId":34}}]`, e.firm)
 	gatewaytest.Admin(t, bin, env, listings, "listing", "import", "-")
-	e.gw = gatewaytest.Start(t, bin, env)
 	e.bin, e.env = bin, env
-	e.originProxy = faultproxy.New(t, strings.TrimPrefix(e.gw.Base, "http://"))
-	e.ownerKey = f["apiKey"].(string)
-	e.owner = e.token(t, e.ownerKey, "a@edge.example")
-	e.other = e.token(t, f2["apiKey"].(string), "b@other.example")
-	e.startVarnish(t, varnishAddr)
-	// The change feed purged the imported listings as the gateway started,
-	// before Varnish listened: those purges failed and opened the purge
-	// breaker. Start once they are delivered and the breaker is closed.
-	deadline := time.Now().Add(20 * time.Second)
-	for !e.purgesSettled(t) {
-		if time.Now().After(deadline) {
-			t.Fatal("the gateway's purges were not delivered within 20 s of Varnish's start")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	e.ownerKey, e.otherKey = f["apiKey"].(string), f2["apiKey"].(string)
 	return e
 }
 
+// startGateway starts the gateway, the proxy in front of it that Varnish
+// fetches through, and logs both users in.
+func (e *edge) startGateway(t *testing.T) {
+	t.Helper()
+	e.gw = gatewaytest.Start(t, e.bin, e.env)
+	e.originProxy = faultproxy.New(t, strings.TrimPrefix(e.gw.Base, "http://"))
+	e.owner = e.token(t, e.ownerKey, "a@edge.example")
+	e.other = e.token(t, e.otherKey, "b@other.example")
+}
+
 // purgesSettled reports whether the gateway has no purge waiting and its
-// purge breaker is closed.
+// purge breakers are closed.
 func (e *edge) purgesSettled(t *testing.T) bool {
+	t.Helper()
+	return e.hasMetrics(t, "gateway_purges_pending 0", `gateway_breaker_state{breaker="purge"} 0`,
+		`gateway_breaker_state{breaker="purge-sync"} 0`)
+}
+
+// hasMetrics reports whether the gateway's /metrics has every one of lines.
+func (e *edge) hasMetrics(t *testing.T, lines ...string) bool {
 	t.Helper()
 	resp, err := http.Get(e.gw.AdminBase + "/metrics")
 	if err != nil {
@@ -123,13 +153,16 @@ func (e *edge) purgesSettled(t *testing.T) bool {
 	if err != nil {
 		return false
 	}
-	var pending, closed bool
+	have := map[string]bool{}
 	for line := range strings.Lines(string(b)) {
-		line = strings.TrimSpace(line)
-		pending = pending || line == "gateway_purges_pending 0"
-		closed = closed || line == `gateway_breaker_state{breaker="purge"} 0`
+		have[strings.TrimSpace(line)] = true
 	}
-	return pending && closed
+	for _, l := range lines {
+		if !have[l] {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *edge) token(t *testing.T, key, email string) string {
@@ -149,10 +182,11 @@ func (e *edge) token(t *testing.T, key, email string) string {
 	return out.JWTToken
 }
 
-// startVarnish runs varnishd with the shipped VCL, its backend pointed at
-// the origin proxy and its origin secret set.
-func (e *edge) startVarnish(t *testing.T, addr string) {
+// startVarnish runs varnishd on e.varnishAddr with the shipped VCL, its
+// backend pointed at the origin proxy and its origin secret set.
+func (e *edge) startVarnish(t *testing.T) {
 	t.Helper()
+	addr := e.varnishAddr
 	vcl, err := os.ReadFile("varnish.vcl")
 	if err != nil {
 		t.Fatal(err)
@@ -454,6 +488,80 @@ func TestVarnish(t *testing.T) {
 			t.Fatalf("passive listing with a token issued after the revocation: %d %q", got.status, got.title)
 		}
 	})
+}
+
+// TestVarnishStartedAfterTheGateway: a gateway started before the CDN in
+// front of it, as in a roll-out that starts both together. The change
+// feed's purges fail until the CDN answers and open the breaker in front
+// of the queue; the first write once the CDN answers is still purged
+// synchronously, and the very next read through Varnish is new. (With one
+// breaker for both, the replay's failures refused the write's purge, and
+// Varnish served the old listing until the repeat purge.)
+func TestVarnishStartedAfterTheGateway(t *testing.T) {
+	e := newEdge(t)
+	e.purgeProxy.Stop() // the CDN's purge API does not answer yet
+	db, err := pgx.Connect(context.Background(), e.env["GATEWAY_STORE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close(context.Background()) })
+	run := func(stmt string) {
+		t.Helper()
+		tag, err := db.Exec(context.Background(), stmt)
+		if err != nil || tag.RowsAffected() == 0 {
+			t.Fatalf("%s: %v, %d rows", stmt, err, tag.RowsAffected())
+		}
+	}
+	// Work for the feed, made by another writer: listing 2 edited in SQL.
+	// Listing 1's import is settled, so that nothing but the write's own
+	// purge can drop Varnish's copy of it.
+	run(`UPDATE listings SET document = replace(document, '"title":"passive"', '"title":"passive, edited"') WHERE id = 2`)
+	run(`UPDATE listing_changes SET applied_at = changed_at, done_at = changed_at WHERE listing_id = 1`)
+
+	started := time.Now()
+	e.startGateway(t)
+	e.startVarnish(t) // it serves: a read stores listing 1 in it
+	if got := e.get(t, "/realty/1", ""); got.status != 200 || got.title != "v0" {
+		t.Fatalf("listing 1 through Varnish: %d %q", got.status, got.title)
+	}
+	if got := e.get(t, "/realty/1", ""); !strings.Contains(got.cacheStatus, "varnish; hit") {
+		t.Fatalf("Cache-Status %q; want Varnish to hold listing 1", got.cacheStatus)
+	}
+	time.Sleep(time.Until(started.Add(2 * time.Second)))
+	// The CDN answers at the start of an open period of the queue's
+	// breaker, which the feed's failing purges reopen each second.
+	open := `gateway_breaker_state{breaker="purge"} 2`
+	deadline := time.Now().Add(20 * time.Second)
+	for wasOpen := true; ; { // an edge: a reading not open, then open
+		isOpen := e.hasMetrics(t, open)
+		if isOpen && !wasOpen {
+			break
+		}
+		wasOpen = isOpen
+		if time.Now().After(deadline) {
+			t.Fatal("the feed's purges did not open the queue's breaker within 20 s: no background failures to test against")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := e.purgeProxy.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, "first-write", true)
+	if got := e.get(t, "/realty/1", ""); got.title != "first-write" {
+		t.Fatalf("the first read through Varnish after the write: %q (%s); want the write's version: its purge was refused",
+			got.title, got.cacheStatus)
+	}
+	if !e.hasMetrics(t, `gateway_breaker_state{breaker="purge-sync"} 0`) {
+		t.Fatal("the writes' purge breaker is not closed")
+	}
+	// The feed's purges are delivered too, soon after.
+	deadline = time.Now().Add(20 * time.Second)
+	for !e.purgesSettled(t) {
+		if time.Now().After(deadline) {
+			t.Fatal("the feed's purges were not delivered within 20 s of the CDN's return")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func quantile(ds []time.Duration, q int) time.Duration {
