@@ -360,12 +360,21 @@ func (t *localTier) set(_ context.Context, name string, r record, ttl time.Durat
 	if cur, ok := t.cache.GetIfPresent(name); ok && t.now().Before(cur.expires) && cur.r.revision > r.revision {
 		return nil
 	}
+	// The value keeps the body and tag in b, its encoded form, and shares
+	// the variants with r: both keys of a version, written together,
+	// compress it once. Every variant of a record made in this process was
+	// kept since (variants.added counts it).
+	shared := r.variants
+	r.variants = nil
 	b := r.encode()
 	parsed, err := decodeRecord(b) // its slices point into b: one copy kept
 	if err != nil {
 		return err
 	}
-	t.cache.Set(name, localValue{r: parsed, b: b, expires: t.now().Add(ttl), weight: localWeight(name, b, nil)})
+	if shared != nil {
+		parsed.variants = shared
+	}
+	t.cache.Set(name, localValue{r: parsed, b: b, expires: t.now().Add(ttl), weight: localWeight(name, b, shared)})
 	return nil
 }
 

@@ -104,20 +104,15 @@ func (c *Cache) variantKept(e Entry) {
 			t.reweigh(k.name(c.prefix), e.variants)
 		}
 	case *redisTier:
-		r := e.record()
-		names := []string{keys[0].name(c.prefix), keys[1].name(c.prefix)}
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
-			defer cancel()
-			t.addVariants(ctx, names, r)
-		}()
+		t.addVariants([]string{keys[0].name(c.prefix), keys[1].name(c.prefix)}, e.record())
 	}
 }
 
-// addVariant replaces each key's record with r, which carries more
-// variants, where the key still holds r's version; the key's expiry stays.
-// One key per call, so the keys may live in different Cluster slots.
-var addVariants = redis.NewScript(`
+// addVariantsScript replaces a key's record with ARGV[3], which carries
+// more variants, where the key still holds the version of revision ARGV[1]
+// and tag ARGV[2]; the key's expiry stays. One key per call, so the keys
+// may live in different Cluster slots.
+const addVariantsScript = `
 local cur = redis.call('GET', KEYS[1])
 if not cur then
   return 0
@@ -128,28 +123,21 @@ if rev ~= ARGV[1] or etag ~= ARGV[2] then
 end
 redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
 return 1
-`)
+`
 
 // addVariants adds r's variants to the records under names. It is best
-// effort, outside the breaker: a failure costs a later read the
-// compression, and the script cannot replace a newer version, so it is
-// not a sign that Redis missed a write.
-func (t *redisTier) addVariants(ctx context.Context, names []string, r record) {
-	if t.cb.State() == gobreaker.StateOpen {
+// effort and does not wait: the commands go out in the auto-pipeline's
+// next batch, with the script's source (EVAL), so that no answer needs
+// reading. A failure costs a later read the compression, and the script
+// cannot replace a newer version, so it is not a sign that Redis missed a
+// write; neither the breaker nor the trust in Redis hears of it.
+func (t *redisTier) addVariants(names []string, r record) {
+	if t.pipe == nil || t.cb.State() == gobreaker.StateOpen {
 		return
 	}
+	ctx := context.Background()
 	value := r.encode()
-	calls := make([]scriptCall, len(names))
-	for i, name := range names {
-		calls[i] = scriptCall{script: addVariants, key: name, args: []any{r.revision, string(r.etag), value}}
-	}
-	var again []scriptCall
-	for i, err := range t.send(ctx, t.pipe, calls) {
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			again = append(again, calls[i])
-		}
-	}
-	if len(again) > 0 {
-		t.evalAgain(ctx, again)
+	for _, name := range names {
+		t.pipe.Submit(ctx, redis.NewCmd(ctx, "eval", addVariantsScript, 1, name, r.revision, string(r.etag), value))
 	}
 }

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -33,47 +34,64 @@ func heapPerEntry(t *testing.T, n int, put func(i int, r record) uint32) (heap, 
 	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n), float64(charged) / float64(n)
 }
 
+// withinHeap runs measure, which fills a tier of its own and returns the
+// heap per entry and the weight charged per entry, and checks that the
+// weight is within 20 % of the heap. Memory that other tests' goroutines
+// free while it runs skews one measurement, never three in a row: it
+// measures again, and fails only when every try is out of bounds.
+func withinHeap(t *testing.T, measure func() (heap, weight float64)) {
+	t.Helper()
+	var tries []string
+	for range 3 {
+		heap, weight := measure()
+		t.Logf("heap per entry %.0f bytes, charged %.0f (%.2f×)", heap, weight, weight/heap)
+		if weight >= 0.8*heap && weight <= 1.2*heap {
+			return
+		}
+		tries = append(tries, fmt.Sprintf("%.0f for %.0f", weight, heap))
+	}
+	t.Fatalf("charged bytes per entry for bytes on the heap: %s; want within 20 %%", strings.Join(tries, ", "))
+}
+
 // TestFrontWeigherMatchesTheHeap: what the local tier charges an entry
 // against its byte bound is what the entry costs the heap, within 20 %.
 func TestFrontWeigherMatchesTheHeap(t *testing.T) {
-	f := newFront(1<<30, time.Hour)
-	f.enable()
-	const n = 20_000
-	heap, weight := heapPerEntry(t, n, func(i int, r record) uint32 {
-		f.put(ByID(int64(i+1)), r, f.generation(), time.Now())
-		return r.weight(frontEntryOverhead)
+	withinHeap(t, func() (float64, float64) {
+		f := newFront(1<<30, time.Hour)
+		f.enable()
+		const n = 20_000
+		heap, weight := heapPerEntry(t, n, func(i int, r record) uint32 {
+			f.put(ByID(int64(i+1)), r, f.generation(), time.Now())
+			return r.weight(frontEntryOverhead)
+		})
+		if got := f.cache.EstimatedSize(); got != n {
+			t.Fatalf("%d entries kept; want %d", got, n)
+		}
+		runtime.KeepAlive(f)
+		return heap, weight
 	})
-	if got := f.cache.EstimatedSize(); got != n {
-		t.Fatalf("%d entries kept; want %d", got, n)
-	}
-	t.Logf("heap per entry %.0f bytes, charged %.0f (%.2f×)", heap, weight, weight/heap)
-	if weight < 0.8*heap || weight > 1.2*heap {
-		t.Fatalf("charged %.0f bytes per entry for %.0f on the heap; want within 20 %%", weight, heap)
-	}
-	runtime.KeepAlive(f)
 }
 
 // TestLocalWeigherMatchesTheHeap: the same for the only tier of a gateway
 // without Redis.
 func TestLocalWeigherMatchesTheHeap(t *testing.T) {
-	cfg := testConfig()
-	cfg.LocalBytes = 1 << 30
-	c := must(t)(NewLocal(cfg, testDeps(newSource(), "")))
-	lt := c.tier.(*localTier)
-	const n = 20_000
-	heap, weight := heapPerEntry(t, n, func(i int, r record) uint32 {
-		name := ByID(int64(i + 1)).name("")
-		if err := lt.set(t.Context(), name, r, time.Hour); err != nil {
-			t.Fatal(err)
-		}
-		v, _ := lt.cache.GetIfPresent(name)
-		return v.weight
+	withinHeap(t, func() (float64, float64) {
+		cfg := testConfig()
+		cfg.LocalBytes = 1 << 30
+		c := must(t)(NewLocal(cfg, testDeps(newSource(), "")))
+		lt := c.tier.(*localTier)
+		const n = 20_000
+		heap, weight := heapPerEntry(t, n, func(i int, r record) uint32 {
+			name := ByID(int64(i + 1)).name("")
+			if err := lt.set(t.Context(), name, r, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			v, _ := lt.cache.GetIfPresent(name)
+			return v.weight
+		})
+		runtime.KeepAlive(c)
+		return heap, weight
 	})
-	t.Logf("heap per entry %.0f bytes, charged %.0f (%.2f×)", heap, weight, weight/heap)
-	if weight < 0.8*heap || weight > 1.2*heap {
-		t.Fatalf("charged %.0f bytes per entry for %.0f on the heap; want within 20 %%", weight, heap)
-	}
-	runtime.KeepAlive(c)
 }
 
 // TestExpiredEntriesLeaveMemory: entries past their time are removed, not
@@ -92,8 +110,10 @@ func TestExpiredEntriesLeaveMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if f.cache.EstimatedSize() != 1000 || local.cache.EstimatedSize() != 1000 {
-		t.Fatalf("%d and %d entries; want 1000 each", f.cache.EstimatedSize(), local.cache.EstimatedSize())
+	// On a loaded machine the fill itself may outlast the 50 ms: some
+	// entries may be gone already, but not all.
+	if n, m := f.cache.EstimatedSize(), local.cache.EstimatedSize(); n == 0 || m == 0 || n > 1000 || m > 1000 {
+		t.Fatalf("%d and %d entries right after the fill; want 1 to 1000 each", n, m)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for f.cache.EstimatedSize() > 0 || local.cache.EstimatedSize() > 0 {

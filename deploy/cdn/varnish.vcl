@@ -104,14 +104,31 @@ sub vcl_backend_response {
             set beresp.ttl = 1s;
             return (deliver);
         }
-        # Varnish takes the TTL from s-maxage; the grace is the longer of
+        # The edge's rules come in CDN-Cache-Control (RFC 9213): its
+        # max-age is the TTL; the grace is the longer of
         # stale-while-revalidate and stale-if-error, and vcl_hit tells them
-        # apart.
-        set beresp.http.X-Stale-While-Revalidate = regsub(beresp.http.Cache-Control, "^.*stale-while-revalidate=([0-9]+).*$", "\1");
-        set beresp.grace = std.duration(regsub(beresp.http.Cache-Control, "^.*stale-if-error=([0-9]+).*$", "\1") + "s", 0s);
+        # apart. Cache-Control is the browsers': it carries none of them.
+        # (A gateway of a release before CDN-Cache-Control put them in
+        # Cache-Control, with s-maxage, which Varnish reads by itself.)
+        if (beresp.http.CDN-Cache-Control) {
+            set beresp.http.X-Edge-Rules = beresp.http.CDN-Cache-Control;
+            set beresp.ttl = std.duration(regsub(beresp.http.X-Edge-Rules, "^(.*[ ,])?max-age=([0-9]+).*$", "\2") + "s", 0s);
+        } else {
+            set beresp.http.X-Edge-Rules = beresp.http.Cache-Control;
+        }
+        set beresp.http.X-Stale-While-Revalidate = regsub(beresp.http.X-Edge-Rules, "^.*stale-while-revalidate=([0-9]+).*$", "\1");
+        set beresp.grace = std.duration(regsub(beresp.http.X-Edge-Rules, "^.*stale-if-error=([0-9]+).*$", "\1") + "s", 0s);
         if (std.duration(beresp.http.X-Stale-While-Revalidate + "s", 0s) > beresp.grace) {
             set beresp.grace = std.duration(beresp.http.X-Stale-While-Revalidate + "s", 0s);
         }
+        unset beresp.http.X-Edge-Rules;
+        # Compressed listings: Varnish asks the gateway for gzip
+        # (http_gzip_support, on by default: it sends Accept-Encoding: gzip
+        # on its fetches), stores the gzip body and its "<tag>.gz" ETag,
+        # and gunzips it for a client that does not take gzip. The
+        # gateway's Vary: Accept-Encoding, on Varnish's normalized
+        # Accept-Encoding, keeps at most two objects per listing, both
+        # tagged, so one xkey purge drops both.
         # xkey reads the tags from the xkey header.
         set beresp.http.xkey = beresp.http.Surrogate-Key;
     }
@@ -128,4 +145,6 @@ sub vcl_deliver {
     unset resp.http.Surrogate-Key;
     unset resp.http.Cache-Tag;
     unset resp.http.X-Stale-While-Revalidate;
+    # The edge's rules are for this cache: a browser ignores them anyway.
+    unset resp.http.CDN-Cache-Control;
 }

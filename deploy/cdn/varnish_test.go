@@ -5,6 +5,8 @@
 package cdn_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -252,6 +254,7 @@ type answer struct {
 	title       string
 	cacheStatus string
 	control     string
+	cdnControl  string // CDN-Cache-Control, which must not reach a client
 	age         string
 }
 
@@ -270,7 +273,7 @@ func (e *edge) get(t *testing.T, path, token string) answer {
 	var l struct{ Title string }
 	_ = json.NewDecoder(resp.Body).Decode(&l)
 	return answer{status: resp.StatusCode, title: l.Title, cacheStatus: resp.Header.Get("Cache-Status"),
-		control: resp.Header.Get("Cache-Control"), age: resp.Header.Get("Age")}
+		control: resp.Header.Get("Cache-Control"), cdnControl: resp.Header.Get("CDN-Cache-Control"), age: resp.Header.Get("Age")}
 }
 
 // put updates listing 1 on the gateway directly; it returns when the write
@@ -407,8 +410,9 @@ func TestVarnish(t *testing.T) {
 		if got.status != 200 || !strings.Contains(got.cacheStatus, "stale-if-error") {
 			t.Fatalf("with the store down: %d %q; want the gateway's stale copy", got.status, got.cacheStatus)
 		}
-		if !strings.Contains(got.control, "s-maxage=0") || got.age == "" {
-			t.Fatalf("stale answer Cache-Control %q, Age %q: want no shared freshness and an Age", got.control, got.age)
+		if got.control != "public, max-age=0, must-revalidate" || got.cdnControl != "" || got.age == "" {
+			t.Fatalf("stale answer Cache-Control %q, CDN-Cache-Control %q, Age %q: want nothing a browser could serve stale, "+
+				"no edge rules past the edge, and an Age", got.control, got.cdnControl, got.age)
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for {
@@ -445,8 +449,72 @@ func TestVarnish(t *testing.T) {
 		}
 	})
 
+	t.Run("7 compressed listings: gzip stored, every variant new after a write", func(t *testing.T) {
+		e.put(t, "compressed-1", true)
+		raw := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+		defer raw.CloseIdleConnections()
+		read := func(ae string) (body []byte, h http.Header) {
+			t.Helper()
+			req, _ := http.NewRequest(http.MethodGet, e.varnish+"/realty/1", nil)
+			if ae != "" {
+				req.Header.Set("Accept-Encoding", ae)
+			}
+			resp, err := raw.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("GET through Varnish, Accept-Encoding %q: %d %v", ae, resp.StatusCode, err)
+			}
+			if resp.Header.Get("Content-Encoding") == "gzip" {
+				zr, err := gzip.NewReader(bytes.NewReader(b))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b, err = io.ReadAll(zr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return b, resp.Header
+		}
+		for _, title := range []string{"compressed-1", "compressed-2"} {
+			if title != "compressed-1" {
+				e.put(t, title, true)
+			}
+			var bodies [][]byte
+			for _, ae := range []string{"gzip", "", "gzip, deflate, br, zstd", "br", "gzip"} {
+				body, h := read(ae)
+				wantCE := ""
+				if strings.Contains(ae, "gzip") {
+					wantCE = "gzip"
+				}
+				if h.Get("Content-Encoding") != wantCE {
+					t.Fatalf("Accept-Encoding %q: Content-Encoding %q, want %q (Varnish stores gzip)", ae, h.Get("Content-Encoding"), wantCE)
+				}
+				if !strings.Contains(string(body), `"title":"`+title+`"`) {
+					t.Fatalf("Accept-Encoding %q after the write of %s: %s (%s)", ae, title, body, h.Get("Cache-Status"))
+				}
+				if cc := h.Get("Cache-Control"); strings.Contains(cc, "stale") || strings.Contains(cc, "s-maxage") || h.Get("CDN-Cache-Control") != "" {
+					t.Fatalf("a browser got Cache-Control %q, CDN-Cache-Control %q", cc, h.Get("CDN-Cache-Control"))
+				}
+				bodies = append(bodies, body)
+			}
+			for _, b := range bodies[1:] {
+				if !bytes.Equal(b, bodies[0]) {
+					t.Fatal("the variants do not decode to the same listing")
+				}
+			}
+			// The last gzip read was Varnish's own copy: stored, not passed.
+			if _, h := read("gzip"); !strings.Contains(h.Get("Cache-Status"), "varnish; hit") {
+				t.Fatalf("gzip read: Cache-Status %q; want a Varnish hit", h.Get("Cache-Status"))
+			}
+		}
+	})
+
 	// Last: it revokes the owner's token.
-	t.Run("7 a revoked token reads no passive listing through Varnish", func(t *testing.T) {
+	t.Run("8 a revoked token reads no passive listing through Varnish", func(t *testing.T) {
 		if got := e.get(t, "/realty/2", e.owner); got.status != 200 || got.control != "private, no-cache" {
 			t.Fatalf("passive listing with its owner's token through Varnish: %d %q; want 200, private", got.status, got.control)
 		}

@@ -1,0 +1,278 @@
+package cache
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/realty-gateway/gateway/coding"
+	"github.com/realty-gateway/gateway/internal/testenv"
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// inflate decodes b of coding c.
+func inflate(t *testing.T, c coding.Coding, b []byte) []byte {
+	t.Helper()
+	var r io.Reader
+	switch c {
+	case coding.Gzip:
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = zr
+	case coding.Brotli:
+		r = brotli.NewReader(bytes.NewReader(b))
+	case coding.Zstd:
+		zr, err := zstd.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer zr.Close()
+		r = zr
+	default:
+		return b
+	}
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("%s: %v", c.Name(), err)
+	}
+	return out
+}
+
+// read answers a read of k as the gateway does: from memory, else Get.
+func read(t *testing.T, c *Cache, k Key) Entry {
+	t.Helper()
+	if e, ok := c.Cached(k, time.Now()); ok {
+		return e
+	}
+	e, err := c.Get(context.Background(), k)
+	if err != nil {
+		t.Fatalf("Get(%v): %v", k, err)
+	}
+	return e
+}
+
+// TestVariantsAreMadeOncePerVersion: on every kind of cache, each coding
+// of a version is compressed once, at its first request, and decodes to
+// the identity body; later reads of either key, from whichever tier,
+// compress nothing. A write makes a new version, whose variants are made
+// anew and carry the new body.
+func TestVariantsAreMadeOncePerVersion(t *testing.T) {
+	for _, kind := range cacheKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			src := newSource(listing(1, 7, 3, true))
+			c := kind.give(src)
+			keys := []Key{ByID(1), ByNumber(7, 3)}
+			e := read(t, c, keys[0])
+			for _, cod := range coding.Compressed {
+				b, err := c.Variant(e, cod)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(inflate(t, cod, b), e.Body) {
+					t.Fatalf("%s: does not decode to the identity body", cod.Name())
+				}
+			}
+			if got := c.Stats().Compressed; got != 3 {
+				t.Fatalf("%d compressions for one version's 3 codings", got)
+			}
+			if rt, ok := c.tier.(*redisTier); ok {
+				waitForVariants(t, rt, c.prefix, keys...)
+			}
+			for range 5 {
+				for _, k := range keys {
+					e := read(t, c, k)
+					for _, cod := range coding.Compressed {
+						b, err := c.Variant(e, cod)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !bytes.Equal(inflate(t, cod, b), e.Body) {
+							t.Fatalf("%v, %s: does not decode to the identity body", k, cod.Name())
+						}
+					}
+				}
+			}
+			before := c.Stats().Compressed
+			if before != 3 {
+				t.Fatalf("reads of the version's two keys compressed %d more times", before-3)
+			}
+
+			next := listing(1, 7, 3, true)
+			next.Title = "rewritten"
+			if _, err := c.Replace(context.Background(), src.listings[1], next, upstream.Precondition{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				e := read(t, c, k)
+				for _, cod := range coding.Compressed {
+					b, err := c.Variant(e, cod)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if body := inflate(t, cod, b); !bytes.Contains(body, []byte(`"title":"rewritten"`)) {
+						t.Fatalf("%v, %s after the write: %s", k, cod.Name(), body)
+					}
+				}
+			}
+			if got := c.Stats().Compressed; got == before {
+				t.Fatal("the new version was served in the old version's variants")
+			}
+		})
+	}
+}
+
+// waitForVariants waits until the Redis records of keys carry every
+// coding's variant.
+func waitForVariants(t *testing.T, rt *redisTier, prefix string, keys ...Key) {
+	t.Helper()
+	for _, k := range keys {
+		testenv.WaitFor(t, func() bool {
+			v, err := rt.rdb.Get(context.Background(), k.name(prefix)).Bytes()
+			if err != nil {
+				return false
+			}
+			r, err := decodeRecord(v)
+			return err == nil && r.variants.get(coding.Brotli) != nil && r.variants.get(coding.Gzip) != nil &&
+				r.variants.get(coding.Zstd) != nil
+		})
+	}
+}
+
+// TestVariantsReachOtherGateways: a variant one gateway made is added to
+// the version's Redis records, so another gateway's read of either key
+// finds it made, and compresses nothing.
+func TestVariantsReachOtherGateways(t *testing.T) {
+	src := newSource(listing(1, 7, 3, true))
+	a, rdb, prefix := newRedisCache(t, src)
+	b := must(t)(NewRedis(rdb, testRedisTimeout, testConfig(), testDeps(src, prefix)))
+	e := read(t, a, ByID(1))
+	made := map[coding.Coding][]byte{}
+	for _, cod := range coding.Compressed {
+		v, err := a.Variant(e, cod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made[cod] = v
+	}
+	waitForVariants(t, a.tier.(*redisTier), prefix, ByID(1), ByNumber(7, 3))
+	for _, k := range []Key{ByID(1), ByNumber(7, 3)} {
+		e := read(t, b, k)
+		for _, cod := range coding.Compressed {
+			v, err := b.Variant(e, cod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(v, made[cod]) {
+				t.Fatalf("%v, %s: another gateway's bytes differ", k, cod.Name())
+			}
+		}
+	}
+	if got := b.Stats().Compressed; got != 0 {
+		t.Fatalf("the other gateway compressed %d times; want 0", got)
+	}
+}
+
+// TestVariantsNeverReplaceANewerVersion: variants made from an old
+// version do not land on a key that holds a newer one.
+func TestVariantsNeverReplaceANewerVersion(t *testing.T) {
+	src := newSource(listing(1, 7, 3, true))
+	c, rdb, prefix := newRedisCache(t, src)
+	old := read(t, c, ByID(1))
+	next := listing(1, 7, 3, true)
+	next.Title = "newer"
+	if _, err := c.Replace(context.Background(), src.listings[1], next, upstream.Precondition{}); err != nil {
+		t.Fatal(err)
+	}
+	r := old.record()
+	r.variants.keep(coding.Gzip, []byte("old gzip"))
+	name := ByID(1).name(prefix)
+	done, err := rdb.Eval(context.Background(), addVariantsScript, []string{name}, r.revision, string(r.etag), r.encode()).Int()
+	if err != nil || done != 0 {
+		t.Fatalf("the script answered %d, %v; want 0: nothing replaced", done, err)
+	}
+	v, err := rdb.Get(context.Background(), name).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := decodeRecord(v); err != nil || !bytes.Contains(got.body, []byte("newer")) || got.variants.get(coding.Gzip) != nil {
+		t.Fatalf("the key holds %q (%v); want the newer version without the old one's variants", v, err)
+	}
+}
+
+// TestVariantsAreWeighed: the local tiers charge a variant made after the
+// entry was kept.
+func TestVariantsAreWeighed(t *testing.T) {
+	for _, kind := range cacheKinds(t) {
+		if kind.name == "redis" {
+			continue // no tier in this process
+		}
+		t.Run(kind.name, func(t *testing.T) {
+			body := strings.Repeat("sea view, ", 400)
+			l := listing(1, 7, 3, true)
+			l.Title = body
+			c := kind.give(newSource(l))
+			e := read(t, c, ByID(1))
+			e = read(t, c, ByID(1)) // from the local tier now
+			weight := func() uint64 {
+				if c.front != nil {
+					c.front.cache.CleanUp() // the tier's size follows its writes lazily
+					return c.front.cache.WeightedSize()
+				}
+				lt := c.tier.(*localTier)
+				lt.cache.CleanUp()
+				return lt.cache.WeightedSize()
+			}
+			before := weight()
+			v, err := c.Variant(e, coding.Zstd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := weight(); got < before+uint64(len(v)) {
+				t.Fatalf("weight %d after a %d-byte variant, from %d", got, len(v), before)
+			}
+		})
+	}
+}
+
+// TestRecordWithVariantsRoundTrips: a record with variants encodes and
+// decodes to the same bytes, and a malformed lengths field is corrupt.
+func TestRecordWithVariantsRoundTrips(t *testing.T) {
+	r := record{revision: 3, freshUntil: 99, id: 1, firmID: 7, no: 3, kind: kindActive, etag: []byte(`"e"`),
+		body: []byte(`{"id":1}`), variants: &variants{}}
+	r.variants.keep(coding.Gzip, []byte("GZ"))
+	r.variants.keep(coding.Zstd, []byte("ZSTD!"))
+	b := r.encode()
+	got, err := decodeRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.body) != `{"id":1}` || string(got.variants.get(coding.Gzip)) != "GZ" ||
+		string(got.variants.get(coding.Zstd)) != "ZSTD!" || got.variants.get(coding.Brotli) != nil {
+		t.Fatalf("decoded %q: body %q, variants %q %q %q", b, got.body, got.variants.get(coding.Brotli),
+			got.variants.get(coding.Gzip), got.variants.get(coding.Zstd))
+	}
+	if !bytes.Equal(got.encode(), b) {
+		t.Fatalf("encoded again: %q, want %q", got.encode(), b)
+	}
+	for _, bad := range []string{
+		"v1 3 99 1 7 3 a \"e\" z0,2\n{\"id\":1}",         // two lengths
+		"v1 3 99 1 7 3 a \"e\" z0,2,x\n{\"id\":1}",       // not a number
+		"v1 3 99 1 7 3 a \"e\" z0,9,0\n{\"id\":1}",       // longer than the payload
+		"v1 3 99 1 7 3 a \"e\" q0,2,0\n{\"id\":1}GZ",     // not z
+		"v1 3 99 1 7 3 x \"e\" z0,2,0\n{\"id\":1}GZ",     // absence has no variants
+		"v1 3 99 1 7 3 a \"e\" z0,2,0,1\n{\"id\":1}GZ!!", // four
+	} {
+		if _, err := decodeRecord([]byte(bad)); err == nil {
+			t.Errorf("decodeRecord(%q) = nil error; want corrupt", bad)
+		}
+	}
+}
