@@ -63,7 +63,7 @@ func (r record) encode() []byte {
 	var lengths [coding.Count]int
 	extra := 0
 	if r.variants.any() {
-		for _, c := range coding.Compressed {
+		for _, c := range coding.Compressed() {
 			lengths[c] = len(r.variants.get(c))
 			extra += lengths[c]
 		}
@@ -84,7 +84,7 @@ func (r record) encode() []byte {
 	b = append(b, r.etag...)
 	if extra > 0 {
 		b = append(b, " z"...)
-		for i, c := range coding.Compressed {
+		for i, c := range coding.Compressed() {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -94,7 +94,7 @@ func (r record) encode() []byte {
 	b = append(b, '\n')
 	b = append(b, r.body...)
 	if extra > 0 {
-		for _, c := range coding.Compressed {
+		for _, c := range coding.Compressed() {
 			b = append(b, r.variants.get(c)...)
 		}
 	}
@@ -158,7 +158,7 @@ func (r *record) readVariants(field []byte) bool {
 	if !ok {
 		return false
 	}
-	var n [len(coding.Compressed)]int
+	var n [coding.Count - 1]int
 	total := 0
 	for i := range n {
 		var part []byte
@@ -173,7 +173,7 @@ func (r *record) readVariants(field []byte) bool {
 		return false
 	}
 	at := len(r.body) - total
-	for i, c := range coding.Compressed {
+	for i, c := range coding.Compressed() {
 		if n[i] > 0 {
 			v := r.body[at : at+n[i] : at+n[i]]
 			r.variants.bodies[c].Store(&v)

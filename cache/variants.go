@@ -58,7 +58,7 @@ func (v *variants) size() int {
 
 // any reports whether any variant is kept.
 func (v *variants) any() bool {
-	for _, c := range coding.Compressed {
+	for _, c := range coding.Compressed() {
 		if v.get(c) != nil {
 			return true
 		}

@@ -72,7 +72,7 @@ func TestVariantsAreMadeOncePerVersion(t *testing.T) {
 			c := kind.give(src)
 			keys := []Key{ByID(1), ByNumber(7, 3)}
 			e := read(t, c, keys[0])
-			for _, cod := range coding.Compressed {
+			for _, cod := range coding.Compressed() {
 				b, err := c.Variant(e, cod)
 				if err != nil {
 					t.Fatal(err)
@@ -90,7 +90,7 @@ func TestVariantsAreMadeOncePerVersion(t *testing.T) {
 			for range 5 {
 				for _, k := range keys {
 					e := read(t, c, k)
-					for _, cod := range coding.Compressed {
+					for _, cod := range coding.Compressed() {
 						b, err := c.Variant(e, cod)
 						if err != nil {
 							t.Fatal(err)
@@ -113,7 +113,7 @@ func TestVariantsAreMadeOncePerVersion(t *testing.T) {
 			}
 			for _, k := range keys {
 				e := read(t, c, k)
-				for _, cod := range coding.Compressed {
+				for _, cod := range coding.Compressed() {
 					b, err := c.Variant(e, cod)
 					if err != nil {
 						t.Fatal(err)
@@ -156,7 +156,7 @@ func TestVariantsReachOtherGateways(t *testing.T) {
 	b := must(t)(NewRedis(rdb, testRedisTimeout, testConfig(), testDeps(src, prefix)))
 	e := read(t, a, ByID(1))
 	made := map[coding.Coding][]byte{}
-	for _, cod := range coding.Compressed {
+	for _, cod := range coding.Compressed() {
 		v, err := a.Variant(e, cod)
 		if err != nil {
 			t.Fatal(err)
@@ -166,7 +166,7 @@ func TestVariantsReachOtherGateways(t *testing.T) {
 	waitForVariants(t, a.tier.(*redisTier), prefix, ByID(1), ByNumber(7, 3))
 	for _, k := range []Key{ByID(1), ByNumber(7, 3)} {
 		e := read(t, b, k)
-		for _, cod := range coding.Compressed {
+		for _, cod := range coding.Compressed() {
 			v, err := b.Variant(e, cod)
 			if err != nil {
 				t.Fatal(err)

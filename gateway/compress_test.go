@@ -77,12 +77,13 @@ func TestListingCodings(t *testing.T) {
 		{"none", nil, ""},
 		{"empty", []string{""}, ""},
 		{"gzip", []string{"gzip"}, "gzip"},
-		{"Chrome's", []string{"gzip, deflate, br, zstd"}, "br"},
+		{"Chrome's", []string{"gzip, deflate, br, zstd"}, "gzip"},
+		{"br preferred by q", []string{"gzip;q=0.8, br"}, "br"},
 		{"zstd preferred by q", []string{"br;q=0.5, gzip;q=0.5, zstd"}, "zstd"},
 		{"gzip on a second line", []string{"deflate", "gzip;q=0.3"}, "gzip"},
 		{"identity preferred by q", []string{"gzip;q=0.1, identity"}, ""},
 		{"unknown codings", []string{"compress, deflate"}, ""},
-		{"star", []string{"*"}, "br"},
+		{"star", []string{"*"}, "gzip"},
 		{"identity refused", []string{"identity;q=0, zstd"}, "zstd"},
 	}
 	for _, tt := range tests {

@@ -44,8 +44,10 @@ type server struct {
 	// auth: requests carry the JWT. path is what wrk asks for.
 	auth bool
 	path string
-	// script is a wrk Lua script; empty means report.lua.
-	script string
+	// script is a wrk Lua script; empty means report.lua. headers are
+	// more request header lines ("Name: value").
+	script  string
+	headers []string
 	// next is where a walk of distinct listings (walk.lua) goes on.
 	next int
 }
@@ -97,6 +99,8 @@ func (l *lab) prepare(ctx context.Context) error {
 		return l.startAll(ctx, false)
 	case l.opts.miss:
 		return l.startMiss(ctx)
+	case l.opts.codings:
+		return l.startCodings(ctx)
 	}
 	return nil
 }
@@ -206,7 +210,7 @@ func (l *lab) seed(ctx context.Context) error {
 		}
 	}
 	n := 0
-	if l.opts.cases || l.opts.miss || l.opts.feed {
+	if l.opts.cases || l.opts.miss || l.opts.codings || l.opts.feed {
 		n = l.opts.listings
 	}
 	if l.opts.longtail && !l.opts.feed {

@@ -19,6 +19,8 @@
 //	-miss      the two store-miss cases: CPU per miss of the gateway, PostgreSQL and Redis, and the top of a profile (perf)
 //	-longtail  two replicas under Zipf(s) traffic over -longtail-listings, against the naive composition (longtail.go)
 //	-memory    -memory-listings different listings read once by 8 clients, RSS and heap, with Redis and embedded (memory.go)
+//	-codings   hot hits and store misses, identity against Chrome's Accept-Encoding: requests/s, bytes, CPU, and a
+//	           listing's memory in Redis with its variants (codings.go); only when named
 //	-quick     shorter runs and fewer listings, for a look while developing
 //	-db NAME   keep the run's PostgreSQL database under NAME and reuse it next time (the import of 1,000,000 listings takes
 //	           about 6 minutes); rows imported by an older build lack what later schema steps fill when a row is written,
@@ -72,6 +74,7 @@ func main() {
 	flag.BoolVar(&opts.miss, "miss", false, "run the store-miss cases with their CPU split and profiles")
 	flag.BoolVar(&opts.longtail, "longtail", false, "run gateway-longtail against naive-longtail")
 	flag.BoolVar(&opts.memory, "memory", false, "run the memory case")
+	flag.BoolVar(&opts.codings, "codings", false, "run hot hits and misses as identity against Chrome's Accept-Encoding (codings.go); not part of the whole run")
 	flag.IntVar(&opts.longtailListings, "longtail-listings", 1_000_000, "with -longtail: listings in PostgreSQL")
 	flag.Float64Var(&opts.zipfS, "zipf-s", 1.1, "with -longtail: the Zipf exponent of the requests (> 1)")
 	flag.IntVar(&opts.memoryListings, "memory-listings", 100_000, "with -memory: listings read once each")
@@ -90,7 +93,7 @@ func main() {
 		}
 		opts.quick = true
 	}
-	if !opts.cases && !opts.miss && !opts.longtail && !opts.memory {
+	if !opts.cases && !opts.miss && !opts.longtail && !opts.memory && !opts.codings {
 		opts.cases, opts.miss, opts.longtail, opts.memory = true, true, true, true
 	}
 	if opts.zipfS <= 1 {
@@ -112,13 +115,13 @@ type options struct {
 	feedDuration          time.Duration
 	writers               int
 	// the parts to run
-	cases, miss, longtail, memory bool
-	quick                         bool
-	longtailListings              int
-	zipfS                         float64
-	memoryListings                int
-	profile                       bool
-	db                            string
+	cases, miss, longtail, memory, codings bool
+	quick                                  bool
+	longtailListings                       int
+	zipfS                                  float64
+	memoryListings                         int
+	profile                                bool
+	db                                     string
 }
 
 func run(ctx context.Context, opts options) error {

@@ -36,8 +36,8 @@ var missTargets = map[string]time.Duration{"gateway-miss": 20 * time.Microsecond
 const reportLua = `
 done = function(summary, latency, requests)
   local e = summary.errors
-  io.write(string.format("JSON {\"requests\":%d,\"duration_us\":%d,\"errors\":%d,\"non2xx\":%d,\"p50\":%d,\"p99\":%d,\"p999\":%d}\n",
-    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout, e.status,
+  io.write(string.format("JSON {\"requests\":%d,\"duration_us\":%d,\"bytes\":%d,\"errors\":%d,\"non2xx\":%d,\"p50\":%d,\"p99\":%d,\"p999\":%d}\n",
+    summary.requests, summary.duration, summary.bytes, e.connect + e.read + e.write + e.timeout, e.status,
     latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
 end
 `
@@ -67,6 +67,7 @@ end
 
 type result struct {
 	requests             int64
+	bytes                int64 // read by wrk: status lines, headers and bodies
 	rps                  float64
 	p50, p99, p999       time.Duration
 	cpuPerRequest        time.Duration
@@ -83,6 +84,7 @@ type result struct {
 type wrkReport struct {
 	Requests   int64 `json:"requests"`
 	DurationUS int64 `json:"duration_us"`
+	Bytes      int64 `json:"bytes"`
 	Errors     int64 `json:"errors"`
 	Non2xx     int64 `json:"non2xx"`
 	P50        int64 `json:"p50"`
@@ -122,6 +124,9 @@ func (l *lab) load(ctx context.Context, s *server, conns int, d time.Duration, p
 	if s.auth {
 		args = append(args, "-H", "Authorization: Bearer "+l.token)
 	}
+	for _, h := range s.headers {
+		args = append(args, "-H", h)
+	}
 	args = append(args, "http://"+s.addr+s.path)
 	bin := "wrk"
 	if pinned {
@@ -152,7 +157,7 @@ func (l *lab) load(ctx context.Context, s *server, conns int, d time.Duration, p
 		s.next += int(w.Requests) + 2*conns // and those in flight at the end
 	}
 	r := result{
-		requests: w.Requests, rps: float64(w.Requests) / (float64(w.DurationUS) / 1e6),
+		requests: w.Requests, bytes: w.Bytes, rps: float64(w.Requests) / (float64(w.DurationUS) / 1e6),
 		p50: time.Duration(w.P50) * time.Microsecond, p99: time.Duration(w.P99) * time.Microsecond,
 		p999: time.Duration(w.P999) * time.Microsecond, errors: w.Errors, non2xx: w.Non2xx,
 		peakRSSKiB: rssKiB(pid, "VmHWM"), connections: conns, threads: threads,
@@ -238,6 +243,11 @@ func (l *lab) measure(ctx context.Context) (string, error) {
 	}
 	if l.opts.longtail {
 		if err := l.longtailBench(ctx, &rep); err != nil {
+			return rep.String(), err
+		}
+	}
+	if l.opts.codings {
+		if err := l.codingsBench(ctx, &rep); err != nil {
 			return rep.String(), err
 		}
 	}
