@@ -106,9 +106,11 @@ type Entry struct {
 	// FreshUntil is when the cached copy stops being fresh, in unix ms.
 	FreshUntil int64
 
-	// revision and variants are the version's, for Variant.
+	// revision and variants are the version's, for Variant; held is its
+	// record's, for the tiers' weighers.
 	revision int64
 	variants *variants
+	held     int
 }
 
 // record is the record e was made from, with the variants made since.
@@ -118,7 +120,7 @@ func (e Entry) record() record {
 		k = kindActive
 	}
 	return record{revision: e.revision, freshUntil: e.FreshUntil, id: e.ID, firmID: e.FirmID, no: e.No, kind: k,
-		etag: e.ETag, body: e.Body, variants: e.variants}
+		etag: e.ETag, body: e.Body, variants: e.variants, held: e.held}
 }
 
 // Config holds the lifetimes and bounds of the cache.
@@ -645,7 +647,7 @@ func (c *Cache) servable(k Key, r record) bool {
 
 func (r record) entry(s State) Entry {
 	return Entry{ID: r.id, Body: r.body, ETag: r.etag, FirmID: r.firmID, No: r.no, Active: r.kind == kindActive, State: s,
-		FreshUntil: r.freshUntil, revision: r.revision, variants: r.variants}
+		FreshUntil: r.freshUntil, revision: r.revision, variants: r.variants, held: r.held}
 }
 
 // lookup reads a key from the tier. Errors, corrupt or foreign values and
