@@ -141,3 +141,43 @@ func TestWritesPurgeTheCDN(t *testing.T) {
 		t.Fatalf("purged %q, want %q", p.keys, want)
 	}
 }
+
+// TestRefusedConditionalWriteTouchesNothing: a write whose precondition is
+// false is a 412 problem and sends no purge; the cached copy still
+// answers, a hit, with its tag. (The store's own check, the one that
+// decides a race, is TestStore/ConcurrentConditionalUpdates and
+// TestEndToEndConditionalRace.)
+func TestRefusedConditionalWriteTouchesNothing(t *testing.T) {
+	p := &recordingPurger{}
+	f := newFixtureWith(t, cdnMode, p)
+	auth := bearer(t, 1, 1)
+	read, body := f.get(t, "/realty/1", auth)
+	tag := read.Header.Get("ETag")
+	for _, h := range []map[string]string{
+		{"If-Match": `"AAAAAAAAAAAAAAAAAAAAAA"`},
+		{"If-None-Match": "*"},
+		{"If-None-Match": tag},
+		{"If-Unmodified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"},
+	} {
+		for _, method := range []string{http.MethodPut, http.MethodDelete} {
+			req := httptest.NewRequest(method, "/realty/1", strings.NewReader(body))
+			req.Header.Set("Authorization", auth)
+			req.Header.Set("Content-Type", "application/json")
+			for k, v := range h {
+				req.Header.Set(k, v)
+			}
+			if resp, b := f.do(t, req); resp.StatusCode != http.StatusPreconditionFailed ||
+				resp.Header.Get("Content-Type") != "application/problem+json" || resp.Header.Get("ETag") != "" {
+				t.Fatalf("%s with %v: %d %s, ETag %q; want a 412 problem", method, h, resp.StatusCode, b, resp.Header.Get("ETag"))
+			}
+		}
+	}
+	if len(p.keys) != 0 {
+		t.Fatalf("refused writes purged %q", p.keys)
+	}
+	again, _ := f.get(t, "/realty/1", auth)
+	if again.StatusCode != 200 || again.Header.Get("X-Cache") != "HIT" || again.Header.Get("ETag") != tag {
+		t.Fatalf("after refused writes: %d, X-Cache %q, ETag %q; want the cached copy, %s", again.StatusCode,
+			again.Header.Get("X-Cache"), again.Header.Get("ETag"), tag)
+	}
+}
