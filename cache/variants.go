@@ -138,6 +138,8 @@ func (t *redisTier) addVariants(names []string, r record) {
 	ctx := context.Background()
 	value := r.encode()
 	for _, name := range names {
-		t.pipe.Submit(ctx, redis.NewCmd(ctx, "eval", addVariantsScript, 1, name, r.revision, string(r.etag), value))
+		cmd := redis.NewCmd(ctx, "eval", addVariantsScript, 1, name, r.revision, string(r.etag), value)
+		cmd.SetFirstKeyPos(3) // the key's slot, on a cluster
+		t.pipe.Submit(ctx, cmd)
 	}
 }

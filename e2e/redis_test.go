@@ -60,6 +60,15 @@ func TestEndToEndRedisCluster(t *testing.T) {
 			t.Errorf("after a miss, %s is not in the cluster", k)
 		}
 	}
+	// The view asked for gzip (net/http does): the variant made is added
+	// to both records, each in its own slot.
+	for _, k := range keys {
+		testenv.WaitFor(t, func() bool {
+			v, err := rdb.Get(ctx, k).Result()
+			head, _, _ := strings.Cut(v, "\n")
+			return err == nil && len(strings.Fields(head)) == 9
+		})
+	}
 
 	paths := []string{"/realty/1001", fmt.Sprintf("/realty/%d-7", w.firm)}
 	for _, path := range paths { // p2 holds the old version in its local tier
