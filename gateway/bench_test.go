@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"io"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/realty-gateway/gateway/internal/logctx"
 	"github.com/realty-gateway/gateway/metrics"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -49,6 +52,15 @@ func BenchmarkView(b *testing.B) {
 	}
 	run(b, "/realty/1", auth, 200, false) // fill the cache
 	b.Run("view hit", func(b *testing.B) { run(b, "/realty/1", auth, 200, false) })
+	b.Run("view hit, as served: access log all at level warn, Prometheus metrics", func(b *testing.B) {
+		// The defaults of a deployment that logs warnings only: the access
+		// log is on (all), the logger drops its info lines.
+		log, accessLog := f.srv.log, f.srv.cfg.AccessLog
+		f.srv.log = slog.New(logctx.NewHandler(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		f.srv.cfg.AccessLog, f.srv.obs = "all", metrics.New()
+		defer func() { f.srv.log, f.srv.cfg.AccessLog, f.srv.obs = log, accessLog, nil }()
+		run(b, "/realty/1", auth, 200, false)
+	})
 	b.Run("view hit, 1000 revocations in force, one of the token's firm", func(b *testing.B) {
 		// The token check's worst case: the firm has a revocation (of
 		// another user), so both the firm's and the user's are looked up.

@@ -87,6 +87,11 @@ func (s *Server) logsAccess(code int) bool {
 // template, never the raw path, and no header: nothing a client sends as a
 // credential reaches the log.
 func (s *Server) accessLog(c *fiber.Ctx, code int, took time.Duration) {
+	// Checked first: at level warn the line is dropped, and building it
+	// costs four allocations.
+	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
 	attrs := []slog.Attr{
 		slog.String("requestId", requestID(c)), slog.String("method", methodOf(c)), slog.String("route", routeOf(c)),
 		slog.Int("status", code), slog.Float64("durationMs", float64(took.Microseconds())/1000),
