@@ -230,6 +230,9 @@ func (s *Server) requireToken() fiber.Handler {
 			// Remembered even when revoked: the revocation is checked on
 			// every use, and a revoked token sent again costs no signature.
 			s.verified.Set(maphash.Bytes(s.tokenSeed, header), v)
+			if pc, ok := c.Context().Conn().(*conn); ok {
+				pc.token.Store(v)
+			}
 			if s.isRevoked(v) {
 				return s.refuse(authRevoked)
 			}
@@ -243,8 +246,7 @@ func (s *Server) requireToken() fiber.Handler {
 		// then: only an unknown one is scanned. A remembered token is
 		// checked against the revocations on every use, so that a token
 		// verified a minute ago is refused once it is revoked.
-		if v, ok := s.verified.GetIfPresent(maphash.Bytes(s.tokenSeed, header)); ok &&
-			v.header == string(header) && requestTime(c).UnixNano() < v.until {
+		if v := s.remembered(c, header); v != nil && requestTime(c).UnixNano() < v.until {
 			if s.isRevoked(v) {
 				return s.refuse(authRevoked)
 			}
@@ -284,6 +286,26 @@ func (s *Server) originOr(auth fiber.Handler) fiber.Handler {
 		c.Locals(principalKey, s.origin)
 		return c.Next()
 	}
+}
+
+// remembered is the verified token whose header is header: the one last
+// verified on the request's connection (see Listener), else one from the
+// shared memory, which the connection then remembers. nil: none.
+func (s *Server) remembered(c *fiber.Ctx, header []byte) *verifiedToken {
+	pc, _ := c.Context().Conn().(*conn)
+	if pc != nil {
+		if v := pc.token.Load(); v != nil && v.header == string(header) {
+			return v
+		}
+	}
+	v, ok := s.verified.GetIfPresent(maphash.Bytes(s.tokenSeed, header))
+	if !ok || v.header != string(header) {
+		return nil
+	}
+	if pc != nil {
+		pc.token.Store(v)
+	}
+	return v
 }
 
 // isRevoked checks v against the revocations in force. A token found not
