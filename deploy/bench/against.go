@@ -299,7 +299,7 @@ func releaseReport(w *strings.Builder, opts options, arms []*buildArm, res map[s
 		w.WriteString("\n**Some requests failed or were not answered 2xx: the figures above do not measure the hot hit.**\n")
 	}
 
-	w.WriteString("\n| ratio | of the medians | each repetition's pair | target |\n|---|---:|---|---|\n")
+	w.WriteString("\n| ratio | of the medians | median of the pairs | each repetition's pair | target (of the medians) |\n|---|---:|---:|---|---|\n")
 	for _, c := range releaseCases {
 		o, n := res[c.name][0], res[c.name][1]
 		t := releaseTargets[c.name]
@@ -318,12 +318,15 @@ func releaseReport(w *strings.Builder, opts options, arms []*buildArm, res map[s
 	fmt.Fprintf(w, "- defaults that differ (%s → %s): %s\n", old, cur, orNone(strings.Join(sd.defaults, "; ")))
 }
 
-// row writes one ratio: a over b of the medians, and of each repetition.
+// row writes one ratio: a over b of the medians, and of each repetition
+// (run back to back, so a slow drift of the machine cancels in a pair).
 // target 0: none set.
 func row(w *strings.Builder, name string, a, b []float64, target float64) {
 	v := medianF(a) / medianF(b)
 	var each []string
+	var pairs []float64
 	for i := range min(len(a), len(b)) {
+		pairs = append(pairs, a[i]/b[i])
 		each = append(each, fmt.Sprintf("%.2f", a[i]/b[i]))
 	}
 	verdict := "none set"
@@ -333,7 +336,7 @@ func row(w *strings.Builder, name string, a, b []float64, target float64) {
 			verdict = fmt.Sprintf("≥ %.2f: missed", target)
 		}
 	}
-	fmt.Fprintf(w, "| %s | %.2f | %s | %s |\n", name, v, strings.Join(each, ", "), verdict)
+	fmt.Fprintf(w, "| %s | %.2f | %.2f | %s | %s |\n", name, v, medianF(pairs), strings.Join(each, ", "), verdict)
 }
 
 func rps(rs []result) []float64 { return mapResults(rs, func(r result) float64 { return r.rps }) }
@@ -365,24 +368,95 @@ func memoryShare(rs []result, redisless bool) string {
 }
 
 // profileRelease records each build's gateways with perf under load and
-// appends the top of each profile.
+// appends, per case, the share of the gateway's samples in each of its
+// parts (profileParts) side by side, then the top of each profile.
 func profileRelease(ctx context.Context, w *strings.Builder, arms []*buildArm, d time.Duration) error {
 	if _, err := exec.LookPath("perf"); err != nil {
 		w.WriteString("\nNo profiles: perf is not installed (Debian: linux-perf).\n")
 		return nil
 	}
 	for _, c := range releaseCases {
-		for _, a := range arms {
+		var tops strings.Builder
+		shares := make([]map[string]float64, len(arms))
+		for i, a := range arms {
 			log.Printf("profiling %s %s", a.label, c.name)
-			flat, cum, err := a.lab.profile(ctx, a.lab.servers[c.name], d)
+			s := a.lab.servers[c.name]
+			flat, cum, err := a.lab.profile(ctx, s, d)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(w, "\n### Profile of %s, %s (perf -F 999 -g, %v of wrk load, the gateway's process: by self time, then with callees)\n\n```\n%s\n```\n\n```\n%s\n```\n",
-				c.name, a.label, d, strings.Join(flat, "\n"), strings.Join(cum, "\n"))
+			if shares[i], err = partShares(ctx, filepath.Join(a.lab.work, s.name+".perf.data")); err != nil {
+				return err
+			}
+			fmt.Fprintf(&tops, "\n#### %s, %s: by self time, then with callees\n\n```\n%s\n```\n\n```\n%s\n```\n",
+				c.name, a.label, strings.Join(flat, "\n"), strings.Join(cum, "\n"))
 		}
+		fmt.Fprintf(w, "\n### Profiles of %s (perf -F 999 -g, %v of wrk load each, the gateway's process)\n\n", c.name, d)
+		w.WriteString("Each sample counts once, for the innermost part on its stack (a sample in the view under the token check counts for the view).\n\n")
+		fmt.Fprintf(w, "| part | %s | %s |\n|---|---:|---:|\n", arms[0].label, arms[1].label)
+		for _, p := range profileParts {
+			fmt.Fprintf(w, "| %s | %.1f %% | %.1f %% |\n", p.name, shares[0][p.name], shares[1][p.name])
+		}
+		w.WriteString(tops.String())
 	}
 	return nil
+}
+
+// profileParts name the parts of the hot hit whose share of a profile the
+// release comparison reports, each by the prefixes of its functions.
+var profileParts = []struct {
+	name     string
+	prefixes []string
+}{
+	{"the request frame (gateway frame, finish)", []string{"github.com/realty-gateway/gateway/gateway.(*Server).frame", "github.com/realty-gateway/gateway/gateway.(*Server).finish"}},
+	{"the access log", []string{"github.com/realty-gateway/gateway/gateway.(*Server).accessLog"}},
+	{"the metrics", []string{"github.com/realty-gateway/gateway/metrics."}},
+	{"the token check (gateway requireToken, remembered, isRevoked)", []string{"github.com/realty-gateway/gateway/gateway.(*Server).requireToken", "github.com/realty-gateway/gateway/gateway.(*Server).remembered", "github.com/realty-gateway/gateway/gateway.(*Server).isRevoked"}},
+	{"the revocations (revocation)", []string{"github.com/realty-gateway/gateway/revocation."}},
+	{"the view (gateway view, cacheHeaders)", []string{"github.com/realty-gateway/gateway/gateway.(*Server).view", "github.com/realty-gateway/gateway/gateway.(*Server).cacheHeaders"}},
+	{"the cache's lookup (cache Cached)", []string{"github.com/realty-gateway/gateway/cache.(*Cache).Cached"}},
+	{"the local tier's get (cache front.get)", []string{"github.com/realty-gateway/gateway/cache.(*front).get"}},
+	{"the change feed (feed)", []string{"github.com/realty-gateway/gateway/feed."}},
+	{"allocation (runtime.mallocgc)", []string{"runtime.mallocgc"}},
+	{"GC marking (runtime.gcBgMarkWorker)", []string{"runtime.gcBgMarkWorker"}},
+	{"the response's write (syscall.write)", []string{"syscall.write"}},
+	{"the request's read (syscall.read)", []string{"syscall.read"}},
+}
+
+// partShares reads a perf recording and returns the share of its samples
+// in each of profileParts, each sample counted for the innermost part on
+// its stack.
+func partShares(ctx context.Context, data string) (map[string]float64, error) {
+	out, err := exec.CommandContext(ctx, "perf", "script", "-i", data, "-F", "ip,sym").Output()
+	if err != nil {
+		return nil, fmt.Errorf("perf script: %w", err)
+	}
+	counts := map[string]int{}
+	total := 0
+	for block := range strings.SplitSeq(string(out), "\n\n") {
+		lines := strings.Split(strings.TrimSpace(block), "\n")
+		if len(lines) == 0 || lines[0] == "" {
+			continue
+		}
+		total++
+	stack: // leaf first
+		for _, line := range lines {
+			_, sym, _ := strings.Cut(strings.TrimSpace(line), " ")
+			for _, p := range profileParts {
+				for _, prefix := range p.prefixes {
+					if strings.HasPrefix(sym, prefix) {
+						counts[p.name]++
+						break stack
+					}
+				}
+			}
+		}
+	}
+	shares := map[string]float64{}
+	for name, n := range counts {
+		shares[name] = 100 * float64(n) / float64(max(total, 1))
+	}
+	return shares, nil
 }
 
 // gitOut runs git in dir and returns its trimmed output.
