@@ -27,6 +27,12 @@ import (
 // connection: the token check finds it on the connection (see
 // Server.remembered) before it looks in the shared memory of verified
 // tokens.
+//
+// fasthttp sends a response larger than its write buffer with one writev
+// on a *net.TCPConn, and with two writes on any other connection: this one
+// keeps a full buffer's write (bufio flushing in the middle of a response)
+// and sends it with the next write in one writev, or before the next read
+// or the close. A response is one system call, whatever its size.
 func Listener(ln net.Listener) net.Listener { return listener{ln} }
 
 type listener struct{ net.Listener }
@@ -50,7 +56,18 @@ type conn struct {
 	// (header, expiry, revocations) on every use, as one from the shared
 	// memory is.
 	token atomic.Pointer[verifiedToken]
+	// held is a write of a full write buffer, reported written and not
+	// yet sent (see Write); heldMu guards it (a close may come from
+	// another goroutine), hasHeld says whether it holds any.
+	heldMu  sync.Mutex
+	held    []byte
+	hasHeld atomic.Bool
 }
+
+// writeBufferSize is fasthttp's write buffer (App sets it): a write of
+// exactly this size is, but for a response of exactly this size, bufio
+// flushing a full buffer with more of the response to come.
+const writeBufferSize = 4096
 
 // deadline is one direction's deadline: as last asked for, and as set on
 // the connection. The zero time is no deadline.
@@ -89,6 +106,11 @@ func (d *deadline) resume(arm func(time.Time) error) bool {
 }
 
 func (c *conn) Read(b []byte) (int, error) {
+	if c.hasHeld.Load() {
+		if _, err := c.sendHeld(nil); err != nil {
+			return 0, err
+		}
+	}
 	for {
 		n, err := c.Conn.Read(b)
 		if n > 0 || err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || !c.resume(&c.read, c.Conn.SetReadDeadline) {
@@ -97,7 +119,25 @@ func (c *conn) Read(b []byte) (int, error) {
 	}
 }
 
+// Write sends b, but for a write of a full buffer (bufio flushing in the
+// middle of a response), which is held and goes with the next write in one
+// writev, or before the next read or the close.
 func (c *conn) Write(b []byte) (int, error) {
+	if c.hasHeld.Load() {
+		return c.sendHeld(b)
+	}
+	if len(b) == writeBufferSize {
+		c.heldMu.Lock()
+		c.held = append(c.held[:0], b...) // bufio reuses b
+		c.hasHeld.Store(true)
+		c.heldMu.Unlock()
+		return len(b), nil
+	}
+	return c.writeAll(b)
+}
+
+// writeAll sends b, resuming under a later write deadline.
+func (c *conn) writeAll(b []byte) (int, error) {
 	n := 0
 	for {
 		m, err := c.Conn.Write(b[n:])
@@ -106,6 +146,38 @@ func (c *conn) Write(b []byte) (int, error) {
 			return n, err
 		}
 	}
+}
+
+// sendHeld sends the held write and b after it, in one writev on a TCP
+// connection, and returns how much of b went.
+func (c *conn) sendHeld(b []byte) (int, error) {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	if !c.hasHeld.Load() { // a close sent it meanwhile
+		return c.writeAll(b)
+	}
+	defer func() { c.held, _ = c.held[:0], c.hasHeld.Swap(false) }()
+	bufs := net.Buffers{c.held, b}
+	var sent int64
+	for {
+		m, err := bufs.WriteTo(c.Conn)
+		sent += m
+		if err == nil {
+			return len(b), nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) || !c.resume(&c.write, c.Conn.SetWriteDeadline) {
+			return max(0, int(sent)-len(c.held)), err
+		}
+	}
+}
+
+// Close sends a held write first: it was reported written.
+func (c *conn) Close() error {
+	var err error
+	if c.hasHeld.Load() {
+		_, err = c.sendHeld(nil)
+	}
+	return errors.Join(err, c.Conn.Close())
 }
 
 func (c *conn) resume(d *deadline, arm func(time.Time) error) bool {

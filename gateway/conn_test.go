@@ -315,3 +315,103 @@ func TestConnectionTokenIsCheckedOnEveryUse(t *testing.T) {
 		}
 	}
 }
+
+// readN reads n bytes from c within 10 s.
+func readN(t *testing.T, c net.Conn, n int) []byte {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatalf("read %d bytes: %v", n, err)
+	}
+	return b
+}
+
+// fullBuffer is a write the size of fasthttp's write buffer: bufio
+// flushing a full buffer.
+func fullBuffer() []byte {
+	b := make([]byte, writeBufferSize)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}
+
+func TestHeldWriteGoesWithTheNextWrite(t *testing.T) {
+	server, client := lazyPair(t)
+	head := fullBuffer()
+	if n, err := server.Write(head); n != len(head) || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if n, err := server.Write([]byte("tail")); n != 4 || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if got := readN(t, client, len(head)+4); string(got) != string(head)+"tail" {
+		t.Fatal("the peer got other bytes than the two writes in order")
+	}
+}
+
+// TestHeldWriteGoesBeforeARead: a response of exactly a full buffer is
+// sent when the server turns to read the next request.
+func TestHeldWriteGoesBeforeARead(t *testing.T) {
+	server, client := lazyPair(t)
+	head := fullBuffer()
+	_, _ = server.Write(head)
+	read := make(chan error, 1)
+	go func() {
+		_, err := server.Read(make([]byte, 1))
+		read <- err
+	}()
+	if got := readN(t, client, len(head)); string(got) != string(head) {
+		t.Fatal("the peer got other bytes than the write")
+	}
+	_, _ = client.Write([]byte("x"))
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHeldWriteGoesBeforeTheClose(t *testing.T) {
+	server, client := lazyPair(t)
+	head := fullBuffer()
+	_, _ = server.Write(head)
+	if err := server.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if got, err := io.ReadAll(client); err != nil || string(got) != string(head) {
+		t.Fatalf("the peer got %d bytes (%v); want the %d written before the close", len(got), err, len(head))
+	}
+}
+
+// TestLargeResponseThroughListener: a response larger than the write
+// buffer (the API description) arrives whole, twice on one connection.
+func TestLargeResponseThroughListener(t *testing.T) {
+	f := newFixture(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = f.app.Listener(Listener(ln)) }()
+	t.Cleanup(func() { _ = f.app.Shutdown() })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for range 2 {
+		if _, err := io.WriteString(c, "GET /openapi.yaml HTTP/1.1\r\nHost: gw\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || string(body) != string(openAPIYAML) {
+			t.Fatalf("status %d, %d bytes (%v); want the %d-byte API description", resp.StatusCode, len(body), err, len(openAPIYAML))
+		}
+	}
+}
