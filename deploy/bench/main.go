@@ -12,8 +12,8 @@
 //	go run ./deploy/bench -longtail -db bench_longtail  # the long tail alone, keeping its 1,000,000 listings
 //	go run ./deploy/bench -memory
 //	go run ./deploy/bench -feed -listings 10000  # the change feed's cost to writers (feed.go)
-//	go run ./deploy/bench -release -reps 5 -duration 10s  # this tree against 5aa46a5 on the hot hit (against.go), about 7 minutes
-//	go run ./deploy/bench -against REV -profile  # against another commit, with a perf profile of each gateway
+//	go run ./deploy/bench -release -reps 6 -duration 10s  # this tree against 5aa46a5 on the hot hit (against.go), about 9 minutes
+//	go run ./deploy/bench -against REV -profile  # against another commit (HEAD: A/B of uncommitted changes), with profiles
 //
 // Parts, each of which runs alone when named (with none named, all run):
 //
@@ -31,7 +31,9 @@
 //	           the gateway's process from /proc, per request), the ratios of the medians and of each repetition's
 //	           pair, against the release and against fiber-static, and the settings that the two builds' --help
 //	           do not share (a setting the harness passes that either lacks stops the run). -profile adds a perf
-//	           profile of each gateway. Use it on every change to the request path; quote its table.
+//	           profile of each gateway and each part's share of its samples, both builds side by side. Use it on
+//	           every change to the request path and quote its table; an even -reps puts each build first equally
+//	           often. docs/performance.md ("Release against release") says how to read it on a shared machine.
 //	-quick     shorter runs and fewer listings, for a look while developing
 //	-db NAME   keep the run's PostgreSQL database under NAME and reuse it next time (the import of 1,000,000 listings takes
 //	           about 6 minutes); rows imported by an older build lack what later schema steps fill when a row is written,
