@@ -231,7 +231,7 @@ func listen(ctx context.Context, cfg config.Server, srv *gateway.Server, admin *
 		return fmt.Errorf("admin listener: %w", err)
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- app.Listener(public) }()
+	go func() { errc <- app.Listener(gateway.Listener(public)) }()
 	go func() {
 		if err := admin.Serve(private); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("admin listener: %w", err)

@@ -31,6 +31,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -68,10 +69,17 @@ func ByID(id int64) Key { return Key{ID: id} }
 func ByNumber(firmID, no int64) Key { return Key{FirmID: firmID, No: no} }
 
 func (k Key) name(prefix string) string {
+	var buf [96]byte
+	return string(k.appendName(buf[:0], prefix))
+}
+
+// appendName appends k's key name to b.
+func (k Key) appendName(b []byte, prefix string) []byte {
+	b = append(b, prefix...)
 	if k.ID > 0 {
-		return prefix + "realty:id:" + strconv.FormatInt(k.ID, 10)
+		return strconv.AppendInt(append(b, "realty:id:"...), k.ID, 10)
 	}
-	return prefix + "realty:listing:" + upstream.ListingNumber(k.FirmID, k.No)
+	return append(append(b, "realty:listing:"...), upstream.ListingNumber(k.FirmID, k.No)...)
 }
 
 // State says which path answered.
@@ -288,7 +296,12 @@ func (c *Cache) Cached(k Key, now time.Time) (Entry, bool) {
 	if !ok {
 		return Entry{}, false
 	}
-	r, ok := lt.record(k.name(c.prefix), now)
+	// The name is looked up, never kept: built on the stack, it costs a
+	// hit no allocation. (Were the lookup ever to keep it, escape analysis
+	// would move buf to the heap: memory stays safe.)
+	var buf [96]byte
+	name := k.appendName(buf[:0], c.prefix)
+	r, ok := lt.record(unsafe.String(unsafe.SliceData(name), len(name)), now)
 	if !ok || r.kind == kindAbsent || r.kind == kindFloor || !r.belongsTo(k) || now.UnixMilli() >= r.freshUntil {
 		return Entry{}, false
 	}

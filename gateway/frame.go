@@ -44,38 +44,43 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 		span = s.startSpan(c)
 	}
 	defer func() {
-		if cancel, ok := c.Locals(cancelKey{}).(context.CancelFunc); ok {
-			cancel()
-		}
-		if s.obs == nil && s.cfg.AccessLog == "off" && span == nil {
-			return
-		}
-		code := c.Response().StatusCode()
-		if err != nil {
-			code, _ = statusOf(err) // the error handler answers after frame
-		}
-		if span != nil {
-			s.endSpan(c, span, code)
-		}
-		took := time.Since(requestTime(c))
-		if s.obs != nil {
-			s.obs.Request(routeOf(c), methodOf(c), code, took)
-		}
-		// An error is answered after frame returns: the error handler
-		// writes its access line, with the body it sends.
-		if err == nil && s.logsAccess(code) {
-			s.accessLog(c, code, took)
-		}
-	}()
-	defer func() {
 		if r := recover(); r != nil {
 			s.panics.Add(1)
 			s.log.Error("handler panicked", "requestId", requestID(c), "method", c.Method(),
 				"route", c.Route().Path, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			err = errPanicked
 		}
+		s.finish(c, span, err)
 	}()
 	return c.Next()
+}
+
+// finish ends the request's context and span, and counts and logs its
+// answer: code is the error's when the handler returned one (the error
+// handler answers after frame).
+func (s *Server) finish(c *fiber.Ctx, span trace.Span, err error) {
+	if cancel, ok := c.Locals(cancelKey{}).(context.CancelFunc); ok {
+		cancel()
+	}
+	if s.obs == nil && s.cfg.AccessLog == "off" && span == nil {
+		return
+	}
+	code := c.Response().StatusCode()
+	if err != nil {
+		code, _ = statusOf(err)
+	}
+	if span != nil {
+		s.endSpan(c, span, code)
+	}
+	took := time.Since(requestTime(c))
+	if s.obs != nil {
+		s.obs.Request(routeOf(c), methodOf(c), code, took)
+	}
+	// An error is answered after frame returns: the error handler writes
+	// its access line, with the body it sends.
+	if err == nil && s.logsAccess(code) {
+		s.accessLog(c, code, took)
+	}
 }
 
 // logsAccess says whether an answer with code gets an access line.
@@ -87,6 +92,11 @@ func (s *Server) logsAccess(code int) bool {
 // template, never the raw path, and no header: nothing a client sends as a
 // credential reaches the log.
 func (s *Server) accessLog(c *fiber.Ctx, code int, took time.Duration) {
+	// Checked first: at level warn the line is dropped, and building it
+	// costs four allocations.
+	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
 	attrs := []slog.Attr{
 		slog.String("requestId", requestID(c)), slog.String("method", methodOf(c)), slog.String("route", routeOf(c)),
 		slog.Int("status", code), slog.Float64("durationMs", float64(took.Microseconds())/1000),

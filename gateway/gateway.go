@@ -288,6 +288,7 @@ func (s *Server) App() *fiber.App {
 		CaseSensitive:         true,
 		BodyLimit:             s.cfg.BodyLimit,
 		ReadBufferSize:        s.cfg.HeaderLimit,
+		WriteBufferSize:       writeBufferSize, // conn's held writes rely on it
 		ReadTimeout:           s.cfg.ReadTimeout,
 		WriteTimeout:          s.cfg.WriteTimeout,
 		IdleTimeout:           s.cfg.IdleTimeout,

@@ -79,6 +79,8 @@ type fixtureOptions struct {
 	limiter RateLimiter
 	// listings wraps the listing cache.
 	listings func(Listings) Listings
+	// cache replaces the fixture's in-process cache with one on src.
+	cache func(src cache.Source, log *slog.Logger) Listings
 	// cacheTTL is the fresh time of the listings; 0: the fixture cache's.
 	cacheTTL time.Duration
 }
@@ -150,6 +152,9 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 		}
 	}
 	var wrapped Listings = listings
+	if o.cache != nil {
+		wrapped = o.cache(guarded, log)
+	}
 	if o.listings != nil {
 		wrapped = o.listings(wrapped)
 	}

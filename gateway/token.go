@@ -26,9 +26,12 @@ const (
 	// Neither says why: the reason is the server's to log and count.
 	bearerChallenge       = `Bearer realm="realty"`
 	invalidTokenChallenge = `Bearer realm="realty", error="invalid_token"`
-	principalKey          = "principal"
 	tokenKey              = "token"
 )
+
+// principalKey holds the request's *verifiedToken in its locals: a key of
+// its own type compares cheaper than a string on every lookup.
+type principalKey struct{}
 
 // SigningKey is one HS256 key; its ID goes in the token's kid header.
 type SigningKey struct {
@@ -253,10 +256,13 @@ func (s *Server) requireToken() fiber.Handler {
 			// Remembered even when revoked: the revocation is checked on
 			// every use, and a revoked token sent again costs no signature.
 			s.verified.Set(maphash.Bytes(s.tokenSeed, header), v)
+			if pc, ok := c.Context().Conn().(*conn); ok {
+				pc.token.Store(v)
+			}
 			if s.isRevoked(v) {
 				return s.refuse(authRevoked, header)
 			}
-			c.Locals(principalKey, v)
+			c.Locals(principalKey{}, v)
 			return c.Next()
 		},
 	})
@@ -266,12 +272,11 @@ func (s *Server) requireToken() fiber.Handler {
 		// then: only an unknown one is scanned. A remembered token is
 		// checked against the revocations on every use, so that a token
 		// verified a minute ago is refused once it is revoked.
-		if v, ok := s.verified.GetIfPresent(maphash.Bytes(s.tokenSeed, header)); ok &&
-			v.header == string(header) && requestTime(c).UnixNano() < v.until {
+		if v := s.remembered(c, header); v != nil && requestTime(c).UnixNano() < v.until {
 			if s.isRevoked(v) {
 				return s.refuse(authRevoked, header)
 			}
-			c.Locals(principalKey, v)
+			c.Locals(principalKey{}, v)
 			return c.Next()
 		}
 		switch {
@@ -304,9 +309,29 @@ func (s *Server) originOr(auth fiber.Handler) fiber.Handler {
 		if subtle.ConstantTimeCompare(given, secret) != 1 {
 			return errUnauthorized
 		}
-		c.Locals(principalKey, s.origin)
+		c.Locals(principalKey{}, s.origin)
 		return c.Next()
 	}
+}
+
+// remembered is the verified token whose header is header: the one last
+// verified on the request's connection (see Listener), else one from the
+// shared memory, which the connection then remembers. nil: none.
+func (s *Server) remembered(c *fiber.Ctx, header []byte) *verifiedToken {
+	pc, _ := c.Context().Conn().(*conn)
+	if pc != nil {
+		if v := pc.token.Load(); v != nil && v.header == string(header) {
+			return v
+		}
+	}
+	v, ok := s.verified.GetIfPresent(maphash.Bytes(s.tokenSeed, header))
+	if !ok || v.header != string(header) {
+		return nil
+	}
+	if pc != nil {
+		pc.token.Store(v)
+	}
+	return v
 }
 
 // isRevoked checks v against the revocations in force. A token found not
@@ -381,7 +406,7 @@ var token68 = func() (t [256]bool) {
 }()
 
 func principalOf(c *fiber.Ctx) principal {
-	if v, ok := c.Locals(principalKey).(*verifiedToken); ok {
+	if v, ok := c.Locals(principalKey{}).(*verifiedToken); ok {
 		return v.principal
 	}
 	return principal{}

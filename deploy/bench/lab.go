@@ -74,12 +74,8 @@ func (l *lab) prepare(ctx context.Context) error {
 	l.servers = map[string]*server{}
 	l.redisAddr = envOr("GATEWAY_TEST_REDIS_ADDR", "127.0.0.1:6379")
 	l.prefix = "bench:" + randomHex(4) + ":"
-	l.gateway = filepath.Join(l.work, "gateway")
-	log.Print("building the gateway")
-	build := exec.CommandContext(ctx, "go", "build", "-o", l.gateway, ".")
-	build.Dir = l.root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
+	if err := l.build(ctx); err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -101,6 +97,19 @@ func (l *lab) prepare(ctx context.Context) error {
 		return l.startMiss(ctx)
 	case l.opts.codings:
 		return l.startCodings(ctx)
+	}
+	return nil
+}
+
+// build builds the gateway of the module at l.root (the working tree, or
+// with -release an earlier commit's own tree) into the work directory.
+func (l *lab) build(ctx context.Context) error {
+	l.gateway = filepath.Join(l.work, "gateway")
+	log.Printf("building the gateway in %s", l.root)
+	build := exec.CommandContext(ctx, "go", "build", "-o", l.gateway, ".")
+	build.Dir = l.root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build in %s: %w\n%s", l.root, err, out)
 	}
 	return nil
 }
@@ -278,10 +287,17 @@ func (l *lab) importPG(ctx context.Context, from, to int, photos func(int) int) 
 	if have > 0 {
 		from = last + 1 // an import stopped part way
 	}
-	if err := setTriggers(ctx, db, false); err != nil {
+	// A release from before the change feed (-release) has no feed.
+	var feed bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('listing_changes') IS NOT NULL`).Scan(&feed); err != nil {
 		return err
 	}
-	defer func() { _ = setTriggers(context.Background(), db, true) }()
+	if feed {
+		if err := setTriggers(ctx, db, false); err != nil {
+			return err
+		}
+		defer func() { _ = setTriggers(context.Background(), db, true) }()
+	}
 	log.Printf("importing listings %d..%d into PostgreSQL", from, to)
 	began := time.Now()
 	for at := from; at <= to; at += importBatch {
@@ -292,6 +308,9 @@ func (l *lab) importPG(ctx context.Context, from, to int, photos func(int) int) 
 		if done := end - from + 1; done%100_000 == 0 {
 			log.Printf("  %d imported, %v", done, time.Since(began).Round(time.Second))
 		}
+	}
+	if !feed {
+		return nil
 	}
 	// Nothing is left for the feed to apply, whatever the triggers did.
 	_, err = db.Exec(ctx, `UPDATE listing_changes SET applied_at = $1, done_at = $1 WHERE done_at IS NULL`, time.Now().UnixMilli())
@@ -313,6 +332,10 @@ func (l *lab) importSQLite(ctx context.Context, file string, from, to int, photo
 		return err
 	}
 	defer db.Close()
+	var feed bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'listing_changes')`).Scan(&feed); err != nil || !feed {
+		return err // a release from before the change feed has none (-release)
+	}
 	_, err = db.ExecContext(ctx, `UPDATE listing_changes SET applied_at = ?, done_at = ? WHERE done_at IS NULL`, time.Now().UnixMilli(), time.Now().UnixMilli())
 	return err
 }
@@ -549,19 +572,16 @@ func (l *lab) hotBody() error {
 }
 
 func (l *lab) startBaselines(ctx context.Context, pinned bool) error {
-	file := filepath.Join(l.work, "www", "realty", "1")
-	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(file, l.body, 0o644); err != nil {
+	file, err := l.bodyFile()
+	if err != nil {
 		return err
 	}
 	goEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	if pinned {
 		goEnv = append(goEnv, "GOMAXPROCS=1")
 	}
-	static := &server{name: "fiber-static", addr: freeAddr(), path: "/realty/1"}
-	if err := l.start(ctx, static, pinned, goEnv, l.self, "serve-static", static.addr, file); err != nil {
+	static, err := l.startStatic(ctx, pinned, file)
+	if err != nil {
 		return err
 	}
 	key := l.prefix + "naive:1"
@@ -598,6 +618,27 @@ http { access_log off; default_type application/json; sendfile on; tcp_nopush on
 		return err
 	}
 	return nil
+}
+
+// bodyFile writes the hot listing's bytes where nginx serves them from,
+// and returns the file.
+func (l *lab) bodyFile() (string, error) {
+	file := filepath.Join(l.work, "www", "realty", "1")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return "", err
+	}
+	return file, os.WriteFile(file, l.body, 0o644)
+}
+
+// startStatic starts fiber-static, a bare Fiber handler sending file's
+// bytes from memory.
+func (l *lab) startStatic(ctx context.Context, pinned bool, file string) (*server, error) {
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	if pinned {
+		env = append(env, "GOMAXPROCS=1")
+	}
+	static := &server{name: "fiber-static", addr: freeAddr(), path: "/realty/1"}
+	return static, l.start(ctx, static, pinned, env, l.self, "serve-static", static.addr, file)
 }
 
 // setNaiveKey stores the hot body under key for the naive server.

@@ -12,6 +12,8 @@
 //	go run ./deploy/bench -longtail -db bench_longtail  # the long tail alone, keeping its 1,000,000 listings
 //	go run ./deploy/bench -memory
 //	go run ./deploy/bench -feed -listings 10000  # the change feed's cost to writers (feed.go)
+//	go run ./deploy/bench -release -reps 6 -duration 10s  # this tree against 5aa46a5 on the hot hit (against.go), about 9 minutes
+//	go run ./deploy/bench -against REV -profile  # against another commit (HEAD: A/B of uncommitted changes), with profiles
 //
 // Parts, each of which runs alone when named (with none named, all run):
 //
@@ -21,6 +23,19 @@
 //	-memory    -memory-listings different listings read once by 8 clients, RSS and heap, with Redis and embedded (memory.go)
 //	-codings   hot hits and store misses, identity against Chrome's Accept-Encoding: requests/s, bytes, CPU, and a
 //	           listing's memory in Redis with its variants (codings.go); only when named
+//	-release   the release comparison, alone (not part of the whole run): builds -against REV (default 5aa46a5, the
+//	           release before the change feed and revocation) from its own tree in a git worktree of the run's temporary
+//	           directory, and this tree (uncommitted changes included) as usual; starts two gateways of each, each on
+//	           its own store (own PostgreSQL database, SQLite file and Redis key prefix): local (Redis configured, the
+//	           default local tier) and embedded (SQLite, no Redis), log level warn, all else at its defaults (the
+//	           access log on); and fiber-static. Runs them interleaved, the two builds' case back to back, the order
+//	           flipped each repetition, and reports both builds' requests/s, server CPU per request (utime + stime of
+//	           the gateway's process from /proc, per request), the ratios of the medians and of each repetition's
+//	           pair, against the release and against fiber-static, and the settings that the two builds' --help
+//	           do not share (a setting the harness passes that either lacks stops the run). -profile adds a perf
+//	           profile of each gateway and each part's share of its samples, both builds side by side. Use it on
+//	           every change to the request path and quote its table; an even -reps puts each build first equally
+//	           often. docs/performance.md ("Release against release") says how to read it on a shared machine.
 //	-quick     shorter runs and fewer listings, for a look while developing
 //	-db NAME   keep the run's PostgreSQL database under NAME and reuse it next time (the import of 1,000,000 listings takes
 //	           about 6 minutes); rows imported by an older build lack what later schema steps fill when a row is written,
@@ -79,6 +94,8 @@ func main() {
 	flag.Float64Var(&opts.zipfS, "zipf-s", 1.1, "with -longtail: the Zipf exponent of the requests (> 1)")
 	flag.IntVar(&opts.memoryListings, "memory-listings", 100_000, "with -memory: listings read once each")
 	flag.BoolVar(&opts.profile, "profile", true, "with -miss: record a profile of each miss case with perf")
+	flag.BoolVar(&opts.release, "release", false, "compare this tree's gateway with -against's on the hot hit, alone (against.go)")
+	flag.StringVar(&opts.against, "against", "5aa46a5", "with -release: the commit to compare with, built from its own tree (giving it implies -release)")
 	flag.StringVar(&opts.db, "db", "", "PostgreSQL database to use and keep (created and seeded where missing); empty: a new one, dropped at the end")
 	quick := flag.Bool("quick", false, "a quick look: -reps 1 -duration 2s, 30,000 listings (20,000 for -longtail, 10,000 for -memory), no scaling or pinned run")
 	flag.Parse()
@@ -93,6 +110,14 @@ func main() {
 		}
 		opts.quick = true
 	}
+	flag.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "against":
+			opts.release = true
+		case "profile":
+			opts.profileSet = true
+		}
+	})
 	if !opts.cases && !opts.miss && !opts.longtail && !opts.memory && !opts.codings {
 		opts.cases, opts.miss, opts.longtail, opts.memory = true, true, true, true
 	}
@@ -121,11 +146,15 @@ type options struct {
 	zipfS                                  float64
 	memoryListings                         int
 	profile                                bool
+	profileSet                             bool // -profile given: -release profiles only then
 	db                                     string
+	// release compares this tree with the commit against (against.go).
+	release bool
+	against string
 }
 
 func run(ctx context.Context, opts options) error {
-	if err := ensureTools(opts.cases && !opts.feed); err != nil {
+	if err := ensureTools(opts.cases && !opts.feed && !opts.release); err != nil {
 		return err
 	}
 	root, err := gatewaytest.ModuleRoot()
@@ -142,12 +171,17 @@ func run(ctx context.Context, opts options) error {
 	}
 	lab := &lab{work: work, root: root, opts: opts}
 	defer lab.stopAll()
-	if err := lab.prepare(ctx); err != nil {
-		return err
-	}
 	measure := lab.measure
-	if opts.feed {
+	switch {
+	case opts.release: // two labs of its own
+		measure = func(ctx context.Context) (string, error) { return releaseBench(ctx, opts, root, work) }
+	case opts.feed:
 		measure = lab.feedBench
+	}
+	if !opts.release {
+		if err := lab.prepare(ctx); err != nil {
+			return err
+		}
 	}
 	report, err := measure(ctx)
 	if err != nil {
