@@ -19,30 +19,37 @@ import (
 // local tier) and without (the in-process tier). (The race detector's
 // instrumentation allocates: not under -race.)
 func TestHotHitAllocatesNothing(t *testing.T) {
-	t.Run("embedded", func(t *testing.T) {
-		f := newFixture(t) // access log all
-		f.srv.log = slog.New(logctx.NewHandler(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})))
-		f.srv.obs = metrics.New()
-		handler := f.app.Handler()
-		auth := bearer(t, 1, 1)
-		var ctx fasthttp.RequestCtx
-		serve := func() {
-			ctx.Init2(benchConn{}, nil, false)
-			ctx.Request.Reset()
-			ctx.Response.Reset()
-			ctx.Request.SetRequestURI("/realty/1")
-			ctx.Request.Header.SetMethod(fasthttp.MethodGet)
-			ctx.Request.Header.Set(fasthttp.HeaderAuthorization, auth)
-			handler(&ctx)
-			if ctx.Response.StatusCode() != 200 {
-				t.Fatalf("status %d", ctx.Response.StatusCode())
+	// The identity body, and a compressed one (Chrome's Accept-Encoding:
+	// gzip), made once and then only sent.
+	for _, ae := range []string{"", "gzip, deflate, br, zstd"} {
+		t.Run("embedded, Accept-Encoding "+ae, func(t *testing.T) {
+			f := newFixture(t) // access log all
+			f.srv.log = slog.New(logctx.NewHandler(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			f.srv.obs = metrics.New()
+			handler := f.app.Handler()
+			auth := bearer(t, 1, 1)
+			var ctx fasthttp.RequestCtx
+			serve := func() {
+				ctx.Init2(benchConn{}, nil, false)
+				ctx.Request.Reset()
+				ctx.Response.Reset()
+				ctx.Request.SetRequestURI("/realty/1")
+				ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+				ctx.Request.Header.Set(fasthttp.HeaderAuthorization, auth)
+				if ae != "" {
+					ctx.Request.Header.Set(fasthttp.HeaderAcceptEncoding, ae)
+				}
+				handler(&ctx)
+				if ctx.Response.StatusCode() != 200 {
+					t.Fatalf("status %d", ctx.Response.StatusCode())
+				}
 			}
-		}
-		serve() // fill the cache and the token memory
-		if n := testing.AllocsPerRun(1000, serve); n != 0 {
-			t.Errorf("a hot hit allocates %v times; want 0", n)
-		}
-	})
+			serve() // fill the cache, the variant and the token memory
+			if n := testing.AllocsPerRun(1000, serve); n != 0 {
+				t.Errorf("a hot hit allocates %v times; want 0", n)
+			}
+		})
+	}
 	t.Run("Redis configured", func(t *testing.T) {
 		serve, _ := newServedRedis(t)
 		var ctx fasthttp.RequestCtx
