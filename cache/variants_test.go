@@ -220,8 +220,8 @@ func TestVariantsAreWeighed(t *testing.T) {
 			l := listing(1, 7, 3, true)
 			l.Title = body
 			c := kind.give(newSource(l))
-			e := read(t, c, ByID(1))
-			e = read(t, c, ByID(1)) // from the local tier now
+			read(t, c, ByID(1))
+			e := read(t, c, ByID(1)) // from the local tier now
 			weight := func() uint64 {
 				if c.front != nil {
 					c.front.cache.CleanUp() // the tier's size follows its writes lazily
