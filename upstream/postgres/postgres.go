@@ -58,11 +58,11 @@ type Options struct {
 	Tracer pgx.QueryTracer
 }
 
-// Store is the PostgreSQL engine. Its methods but Ping and Close are
-// sqlstore.Store's.
+// Store is the PostgreSQL engine. Its methods but Ping, Close and Acquire
+// are sqlstore.Store's and sqlstore.Feed's.
 type Store struct {
 	*sqlstore.Store
-	feed *sqlstore.Feed
+	*sqlstore.Feed
 	pool *pgxpool.Pool
 }
 
@@ -106,7 +106,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		ImportLock:      `LOCK TABLE listings IN SHARE ROW EXCLUSIVE MODE`, // conflicts with itself, not with reads
 		ConstraintError: constraintError,
 	})
-	return &Store{Store: store, feed: sqlstore.NewFeed(db, nowMillis), pool: pool}, nil
+	return &Store{Store: store, Feed: sqlstore.NewFeed(db, nowMillis), pool: pool}, nil
 }
 
 // lockedVersion takes the advisory lock, which the transaction holds until

@@ -49,26 +49,6 @@ func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSessio
 	return sqlstore.NewSession(db, nowMillis, feedLease, take, release), nil
 }
 
-func (s *Store) Position(ctx context.Context) (upstream.FeedPosition, error) {
-	return s.feed.Position(ctx)
-}
-
-func (s *Store) Unapplied(ctx context.Context, upTo int64, limit int) ([]upstream.Change, error) {
-	return s.feed.Unapplied(ctx, upTo, limit)
-}
-
-func (s *Store) CaughtUp(ctx context.Context, upTo int64) (bool, error) {
-	return s.feed.CaughtUp(ctx, upTo)
-}
-
-func (s *Store) Applied(ctx context.Context, listingID, revision int64) (bool, error) {
-	return s.feed.Applied(ctx, listingID, revision)
-}
-
-func (s *Store) Settle(ctx context.Context, redisIdentity string, versions []upstream.Settled) error {
-	return s.feed.Settle(ctx, redisIdentity, versions)
-}
-
 func (s *Store) feedDB() database {
 	return database{Querier: sqlstore.Conn(s.db.QueryRowContext, s.db.ExecContext), db: s.db}
 }

@@ -45,12 +45,12 @@ const (
 	codeUnique     = 2067
 )
 
-// Store is the SQLite engine. Its methods but Ping and Close are
-// sqlstore.Store's.
+// Store is the SQLite engine. Its methods but Ping, Close and Acquire
+// are sqlstore.Store's and sqlstore.Feed's.
 type Store struct {
 	*sqlstore.Store
-	feed *sqlstore.Feed
-	db   *sql.DB
+	*sqlstore.Feed
+	db *sql.DB
 }
 
 var _ upstream.Store = (*Store)(nil)
@@ -76,7 +76,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, errors.Join(fmt.Errorf("migrate %s: %w", path, err), sqlDB.Close())
 	}
 	store := sqlstore.New(sqlstore.Engine{DB: db, ConstraintError: constraintError})
-	return &Store{Store: store, feed: sqlstore.NewFeed(db, nowMillis), db: sqlDB}, nil
+	return &Store{Store: store, Feed: sqlstore.NewFeed(db, nowMillis), db: sqlDB}, nil
 }
 
 // userVersion needs no lock of its own: the transaction holds the write
