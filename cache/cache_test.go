@@ -600,9 +600,9 @@ func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
 	src := newSource(listing(3, 1, 1, true))
 	c := must(t)(NewRedis(rdb, 50*time.Millisecond, testConfig(), testDeps(src, "")))
 	// Redis operations (a look, and a look again when there is no local
-	// tier, two writes) of 50ms each
-	// fit the request's deadline; a lost timeout would not.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// tier, two writes) of 50ms each end; a lost timeout would hang past
+	// the test's patience.
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
 	defer cancel()
 	e, err := c.Get(ctx, ByID(3))
 	if err != nil || e.State != Miss {
@@ -618,7 +618,10 @@ func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
 // up to ten timeouts, and a second look that did so made its load fail
 // (the fault suite's rare 503 while Redis was paused).
 func TestFrozenRedisCostsOneTimeoutPerOperation(t *testing.T) {
-	const timeout = 100 * time.Millisecond
+	// Large enough that a busy machine's scheduling delays, which add to
+	// each read, stay well inside the bound below; small enough that the
+	// old behaviour (8.5 to 14 timeouts) exceeds it.
+	const timeout = 400 * time.Millisecond
 	proxy := faultproxy.New(t, testenv.RedisAddr(t))
 	// As the gateway's client is set up: one retry, every wait bounded.
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 1, ContextTimeoutEnabled: true,
@@ -654,7 +657,7 @@ func TestFrozenRedisCostsOneTimeoutPerOperation(t *testing.T) {
 		wg    sync.WaitGroup
 	)
 	errs := make(chan error, len(ls))
-	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); {
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); {
 		for _, l := range ls {
 			wg.Go(func() {
 				start := time.Now()

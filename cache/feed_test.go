@@ -462,7 +462,7 @@ func TestUnpublishedWriteWaitsForTheFeed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the write did not return once the feed applied it")
 	}
 

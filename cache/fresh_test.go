@@ -4,7 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/realty-gateway/gateway/internal/testenv"
 )
 
 // TestFreshFlightsNeverJoinALoadUnderWay: callers that arrive while a load
@@ -21,13 +22,7 @@ func TestFreshFlightsNeverJoinALoadUnderWay(t *testing.T) {
 		return n, nil
 	}
 	first := g.doChan("k", load)
-	testStarted := time.Now()
-	for runs.Load() == 0 {
-		if time.Since(testStarted) > 5*time.Second {
-			t.Fatal("first load did not start")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "the first load started", func() bool { return runs.Load() != 0 })
 	var wg sync.WaitGroup
 	results := make([]int64, 5)
 	for i := range results {

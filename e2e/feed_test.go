@@ -30,7 +30,10 @@ import (
 
 // feedWorld is the world of newWorld on PostgreSQL and Redis, with n
 // gateways, a connection to the database for writing behind them, and a
-// token of each firm.
+// token of each firm. Its caches keep listings, and their absence, fresh
+// for an hour (feedEnv): far beyond the tests' patience, so that only the
+// feed can show a write made behind the gateways within it, and a test
+// fails when the feed is off or broken.
 type feedWorld struct {
 	world
 	prefix     string
@@ -43,6 +46,7 @@ func newFeedWorld(t *testing.T, n int, extra environment) *feedWorld {
 	t.Helper()
 	pgURL := testenv.PostgresURL(t)
 	e, prefix := postgresEnv(t, pgURL, testenv.RedisAddr(t))
+	maps.Copy(e, feedEnv(t))
 	maps.Copy(e, extra)
 	fw := &feedWorld{world: newWorld(t, e), prefix: prefix}
 	db, err := pgx.Connect(context.Background(), pgURL)
@@ -76,6 +80,19 @@ func (fw *feedWorld) waitConsumer(t *testing.T, p *process) {
 	})
 }
 
+// feedFresh is how long the feed tests' caches keep a listing, and its
+// absence, fresh: what shows a write made behind the gateways before it
+// is the feed alone.
+const feedFresh = time.Hour
+
+// feedEnv is the cache settings of the feed tests (feedFresh); it fails
+// the test where the patience is not below them.
+func feedEnv(t *testing.T) environment {
+	t.Helper()
+	testenv.NeedPatienceBelow(t, feedFresh, "the feed tests' cache freshness")
+	return environment{"GATEWAY_CACHE_TTL": feedFresh.String(), "GATEWAY_NEGATIVE_TTL": feedFresh.String()}
+}
+
 // exec runs SQL on the database as another writer.
 func (fw *feedWorld) exec(t *testing.T, stmt string, args ...any) {
 	t.Helper()
@@ -85,9 +102,12 @@ func (fw *feedWorld) exec(t *testing.T, stmt string, args ...any) {
 }
 
 // TestEndToEndFeedUpdatesFromSQL: UPDATEs made in SQL that leave the
-// revision alone reach both replicas on both keys within 1 s, and once a
-// replica served the new title on a key it never serves the old one
-// again. 200 updates: 10 rounds over 20 listings.
+// revision alone reach both replicas on both keys, and once a replica
+// served the new title on a key it never serves the old one again. 200
+// updates: 10 rounds over 20 listings. The caches keep the old title fresh
+// for an hour, so without the feed no view turns new and the test fails
+// after its patience. The lag (p50, p99) is logged here and measured in
+// deploy/bench; on a quiet machine it is tens of milliseconds.
 func TestEndToEndFeedUpdatesFromSQL(t *testing.T) {
 	fw := newFeedWorld(t, 2, nil)
 	const listings, rounds = 20, 10
@@ -118,6 +138,7 @@ func TestEndToEndFeedUpdatesFromSQL(t *testing.T) {
 		}
 	}
 
+	patience := testenv.Patience()
 	var lags []time.Duration
 	for round := 1; round <= rounds; round++ {
 		committed := make([]time.Time, listings)
@@ -145,10 +166,14 @@ func TestEndToEndFeedUpdatesFromSQL(t *testing.T) {
 							return
 						}
 					}
-					if time.Since(committed[i]) > time.Second && len(seen) < 4 {
-						t.Errorf("listing %d: %d of 4 views new 1 s after the commit", 2001+i, len(seen))
+					if len(seen) == 4 {
+						break
+					}
+					if time.Since(committed[i]) > patience {
+						t.Errorf("listing %d: %d of 4 views new %v after the commit (GATEWAY_TEST_PATIENCE)", 2001+i, len(seen), patience)
 						return
 					}
+					time.Sleep(5 * time.Millisecond)
 				}
 				mu.Lock()
 				lags = append(lags, time.Since(committed[i]))
@@ -171,7 +196,7 @@ func TestEndToEndFeedUpdatesFromSQL(t *testing.T) {
 }
 
 // TestEndToEndFeedInsertFromSQL: a listing number read as 404 (and so
-// cached as absent), then INSERTed in SQL, is served within 1 s by both
+// cached as absent for an hour), then INSERTed in SQL, is served by both
 // replicas in both forms.
 func TestEndToEndFeedInsertFromSQL(t *testing.T) {
 	fw := newFeedWorld(t, 2, nil)
@@ -188,7 +213,7 @@ func TestEndToEndFeedInsertFromSQL(t *testing.T) {
 		fw.firm, fw.pwUser, doc)
 	for _, p := range fw.gws {
 		for _, path := range []string{byNumber, "/realty/3001"} {
-			lag := within(t, time.Second, path+" on "+p.Base, func() bool { return p.view(t, path, fw.tok).status == http.StatusOK })
+			lag := eventually(t, path+" on "+p.Base, func() bool { return p.view(t, path, fw.tok).status == http.StatusOK })
 			t.Logf("%s on %s: 200 after %v", path, p.Base, lag)
 			if got := titleOf(t, p.view(t, path, fw.tok)); got != "Inserted behind" {
 				t.Fatalf("%s: %q", path, got)
@@ -228,8 +253,8 @@ func (pl *purgeLog) has(entry string) bool {
 }
 
 // TestEndToEndFeedVisibilityFromSQL: in CDN mode, an is_active flip and a
-// hard DELETE made in SQL make the listing 404 for other firms within 1 s
-// on both replicas, in both forms, and purge the CDN hard; an update that
+// hard DELETE made in SQL make the listing 404 for other firms on both
+// replicas, in both forms, and purge the CDN hard; an update that
 // keeps it visible purges soft.
 func TestEndToEndFeedVisibilityFromSQL(t *testing.T) {
 	cdn := newPurgeLog(t)
@@ -256,17 +281,17 @@ func TestEndToEndFeedVisibilityFromSQL(t *testing.T) {
 	}
 
 	fw.exec(t, `UPDATE listings SET document = replace(document, '"title":"Sea view"', '"title":"Sea view, renovated"') WHERE id = 1001`)
-	within(t, time.Second, "soft purge of realty-1001", func() bool { return cdn.has("soft realty-1001") })
+	eventually(t, "soft purge of realty-1001", func() bool { return cdn.has("soft realty-1001") })
 
 	fw.exec(t, `UPDATE listings SET is_active = false WHERE id = 1001`)
 	fw.exec(t, `DELETE FROM listings WHERE id = $1`, third)
 	for id, ps := range paths {
 		for _, p := range fw.gws {
 			for _, path := range ps {
-				within(t, time.Second, path+" for firm 2 on "+p.Base, func() bool { return p.view(t, path, fw.other).status == http.StatusNotFound })
+				eventually(t, path+" for firm 2 on "+p.Base, func() bool { return p.view(t, path, fw.other).status == http.StatusNotFound })
 			}
 		}
-		within(t, time.Second, fmt.Sprintf("hard purge of realty-%d", id), func() bool { return cdn.has(fmt.Sprintf("hard realty-%d", id)) })
+		eventually(t, fmt.Sprintf("hard purge of realty-%d", id), func() bool { return cdn.has(fmt.Sprintf("hard realty-%d", id)) })
 	}
 	// The passive listing stays readable by its own firm; the removed one by nobody.
 	if got := titleOf(t, fw.gws[1].view(t, "/realty/1001", fw.tok)); got != "Sea view, renovated" {
@@ -280,7 +305,7 @@ func TestEndToEndFeedVisibilityFromSQL(t *testing.T) {
 // TestEndToEndFeedWriterDeath: gateway 1 dies (SIGKILL, from a fault point)
 // right after its store commit, before any cache, replica or CDN heard of
 // the write; gateway 2, which held the old version in its local tier and
-// in Redis, serves the new one within 1 s, in both forms.
+// in Redis, serves the new one, in both forms.
 func TestEndToEndFeedWriterDeath(t *testing.T) {
 	bin := faultGateway(t)
 	fw := newFeedWorld(t, 1, nil) // gateway 2: the consumer
@@ -319,7 +344,7 @@ func TestEndToEndFeedWriterDeath(t *testing.T) {
 		t.Fatalf("stored title %q, %v; want the write committed", title, err)
 	}
 	for _, path := range paths {
-		within(t, time.Second-time.Since(died), path+" after the writer died", func() bool {
+		eventually(t, path+" after the writer died", func() bool {
 			return titleOf(t, reader.view(t, path, fw.tok)) == "Written by a gateway that died"
 		})
 	}
@@ -328,7 +353,8 @@ func TestEndToEndFeedWriterDeath(t *testing.T) {
 
 // TestEndToEndFeedSQLiteShell: with the embedded store and no Redis, a
 // write made by another process on the SQLite file (the sqlite3 shell,
-// older than the SQLite this build embeds) is served within 1 s.
+// older than the SQLite this build embeds) is served, where the cache
+// would keep the old version fresh for an hour.
 func TestEndToEndFeedSQLiteShell(t *testing.T) {
 	shell, err := exec.LookPath("sqlite3")
 	if err != nil {
@@ -338,6 +364,7 @@ func TestEndToEndFeedSQLiteShell(t *testing.T) {
 		t.Skipf("SKIP: no sqlite3 shell (%v)", err)
 	}
 	e := sqliteEnv(t)
+	maps.Copy(e, feedEnv(t))
 	w := newWorld(t, e)
 	p := start(t, e)
 	tok := p.token(t, w.otpLogin())
@@ -354,7 +381,7 @@ func TestEndToEndFeedSQLiteShell(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("sqlite3: %v\n%s", err, out)
 	}
-	lag := within(t, time.Second, "the shell's write", func() bool { return titleOf(t, p.view(t, "/realty/1001", tok)) == "From sqlite3" })
+	lag := eventually(t, "the shell's write", func() bool { return titleOf(t, p.view(t, "/realty/1001", tok)) == "From sqlite3" })
 	t.Logf("served %v after the shell's write", lag)
 }
 
@@ -365,7 +392,7 @@ func TestEndToEndRedisClientLogsJSON(t *testing.T) {
 	e["GATEWAY_REDIS_URL"] = "redis://" + gatewaytest.FreeAddr(t) + "/0" // nothing listens
 	e["GATEWAY_REDIS_TIMEOUT"] = "50ms"
 	p := start(t, e)
-	within(t, 10*time.Second, "a line from the Redis client", func() bool { return strings.Contains(p.Logs(), `"msg":"redis client"`) })
+	eventually(t, "a line from the Redis client", func() bool { return strings.Contains(p.Logs(), `"msg":"redis client"`) })
 	for line := range strings.Lines(p.Logs()) {
 		if !json.Valid([]byte(line)) {
 			t.Fatalf("a log line that is not JSON: %q", line)
@@ -375,20 +402,27 @@ func TestEndToEndRedisClientLogsJSON(t *testing.T) {
 
 // TestEndToEndFeedOwnWritesNotRepeated: the gateway's own writes settle
 // their records, so the feed's consumer neither announces nor purges them
-// a second time.
+// a second time. The settler marks them off the request path; the feed
+// leaves them to it for ownSettle (the default, 250 ms, is for a quiet
+// machine: a settle later than that costs a second purge, not a wrong
+// answer).
 func TestEndToEndFeedOwnWritesNotRepeated(t *testing.T) {
+	const ownSettle = 10 * time.Second
 	cdn := newPurgeLog(t)
 	fw := newFeedWorld(t, 2, environment{
 		"GATEWAY_CDN_MODE": "true", "GATEWAY_CDN_PURGE_URL": cdn.url, "GATEWAY_CDN_PURGE_FORMAT": "varnish-xkey",
-		"GATEWAY_CDN_REPURGE_AFTER": "1h",
+		"GATEWAY_CDN_REPURGE_AFTER": "1h", "GATEWAY_FEED_SETTLE": ownSettle.String(),
 	})
 	consumer, writer := fw.gws[0], fw.gws[1]
 	tok := writer.token(t, fw.passwordLogin())
-	within(t, 5*time.Second, "the import applied", func() bool {
+	undone := func() int {
 		var n int
-		_ = fw.db.QueryRow(context.Background(), `SELECT count(*) FROM listing_changes WHERE done_at IS NULL`).Scan(&n)
-		return n == 0
-	})
+		if err := fw.db.QueryRow(context.Background(), `SELECT count(*) FROM listing_changes WHERE done_at IS NULL`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	within(t, ownSettle+testenv.Patience(), "the import applied", func() bool { return undone() == 0 })
 	applied := consumer.Stats(t).Feed.Applied
 	cdn.mu.Lock()
 	cdn.got = nil
@@ -397,14 +431,13 @@ func TestEndToEndFeedOwnWritesNotRepeated(t *testing.T) {
 	for v := range writes {
 		put(t, writer, "/realty/1001", tok, v+1)
 	}
-	time.Sleep(time.Second) // settle + several polls
-	var undone int
-	if err := fw.db.QueryRow(context.Background(), `SELECT count(*) FROM listing_changes WHERE done_at IS NULL`).Scan(&undone); err != nil {
-		t.Fatal(err)
-	}
-	if undone != 0 {
-		t.Fatalf("%d of the gateway's own changes not done", undone)
-	}
+	eventually(t, "the gateway's own changes done", func() bool { return undone() == 0 })
+	eventually(t, "a purge per write", func() bool {
+		cdn.mu.Lock()
+		defer cdn.mu.Unlock()
+		return len(cdn.got) >= writes
+	})
+	time.Sleep(time.Second) // several polls: a second purge or application would show
 	if got := consumer.Stats(t).Feed.Applied - applied; got != 0 {
 		t.Fatalf("the consumer applied %d of the gateway's own changes again", got)
 	}

@@ -332,8 +332,10 @@ func (p *process) metric(t *testing.T, series string) (float64, bool) {
 	return 0, false
 }
 
-// within polls cond until it reports true and returns how long that took,
-// failing the test after d.
+// within polls cond every 5 ms until it reports true and returns how long
+// that took, failing the test after d. d is a bound the product keeps (a
+// lease, a server's idle timeout) plus testenv.Patience; what has no such
+// bound waits with eventually.
 func within(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	began := time.Now()
@@ -344,6 +346,13 @@ func within(t *testing.T, d time.Duration, what string, cond func() bool) time.D
 		time.Sleep(5 * time.Millisecond)
 	}
 	return time.Since(began)
+}
+
+// eventually is within testenv.Patience: for what must happen, however
+// busy the machine. The duration it returns is for logs, never asserted.
+func eventually(t *testing.T, what string, cond func() bool) time.Duration {
+	t.Helper()
+	return within(t, testenv.Patience(), what, cond)
 }
 
 // world is one firm with a password user and a passwordless user, a

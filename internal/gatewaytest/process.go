@@ -18,6 +18,7 @@ import (
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/feed"
+	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/revocation"
 )
 
@@ -37,9 +38,9 @@ type Process struct {
 
 // Start runs bin with env, GATEWAY_ADDR and GATEWAY_ADMIN_ADDR on port 0
 // (env itself is not modified), reads the ports the kernel picked from the
-// "gateway listening" log line (level info) and waits up to 20 s for
-// /readyz to answer 204. Picking a free port beforehand races with every
-// other socket on the machine; port 0 does not. In t.Cleanup it sends
+// "gateway listening" log line (level info) and waits up to
+// testenv.Patience for /readyz to answer 204. Picking a free port
+// beforehand races with every other socket on the machine; port 0 does not. In t.Cleanup it sends
 // SIGTERM and waits for the exit (killing after 30 s); when the test
 // failed it logs the gateway's output, clipped to its first 16 KiB and
 // last 48 KiB.
@@ -75,8 +76,9 @@ func Start(t testing.TB, bin string, env map[string]string) *Process {
 		}
 	})
 
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(20 * time.Second)
+	client := &http.Client{Timeout: time.Second} // a try; the wait is the patience
+	patience := testenv.Patience()
+	deadline := time.Now().Add(patience)
 	for !p.ready(client) {
 		select {
 		case <-p.done:
@@ -85,9 +87,9 @@ func Start(t testing.TB, bin string, env map[string]string) *Process {
 		}
 		if time.Now().After(deadline) {
 			if p.Base == "" {
-				t.Fatalf("gateway logged no \"gateway listening\" line (at level info) in 20s:\n%s", p.Logs())
+				t.Fatalf("gateway logged no \"gateway listening\" line (at level info) in %v:\n%s", patience, p.Logs())
 			}
-			t.Fatalf("gateway not ready in 20s:\n%s", p.Logs())
+			t.Fatalf("gateway not ready in %v:\n%s", patience, p.Logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -176,7 +178,7 @@ func (p *Process) Stats(t testing.TB) Stats {
 // called from any goroutine.
 func (p *Process) ReadStats() (Stats, error) {
 	var s Stats
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := &http.Client{Timeout: testenv.Patience()}
 	resp, err := client.Get(p.AdminBase + "/stats")
 	if err != nil {
 		return s, err

@@ -141,13 +141,13 @@ func (n *RedisNode) Restart() {
 	}
 }
 
-// ours waits up to 10 s until the server at addr answers as process pid,
+// ours waits up to Patience until the server at addr answers as process pid,
 // and reports false if that process exited first (its port was taken).
 func ours(t testing.TB, name, addr string, pid int, exited <-chan struct{}) bool {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(Patience())
 	for {
 		select {
 		case <-exited:
@@ -165,16 +165,11 @@ func ours(t testing.TB, name, addr string, pid int, exited <-chan struct{}) bool
 	}
 }
 
-// waitUntil polls cond every 20 ms until it holds or d has passed.
-func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+// waitUntil polls cond every 20 ms until it holds, failing the test after
+// Patience.
+func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached in %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll(t, what, 20*time.Millisecond, cond)
 }
 
 func tail(s string, n int) string {
@@ -204,7 +199,7 @@ func RedisCluster(t testing.TB, n int) []string {
 	}
 	for _, addr := range addrs {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		waitUntil(t, 10*time.Second, addr+" cluster_state:ok", func() bool {
+		waitUntil(t, addr+" cluster_state:ok", func() bool {
 			info, err := rdb.ClusterInfo(context.Background()).Result()
 			return err == nil && strings.Contains(info, "cluster_state:ok")
 		})
@@ -261,7 +256,7 @@ func RedisSentinels(t testing.TB, n int) Sentinel {
 	s.Addr = s.Addrs[0]
 	for _, addr := range s.Addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		waitUntil(t, 15*time.Second, "the sentinel knows the replica and the other sentinels", func() bool {
+		waitUntil(t, "the sentinel knows the replica and the other sentinels", func() bool {
 			replicas, err := sc.Replicas(ctx, s.MasterName).Result()
 			if err != nil || len(replicas) != 1 || replicas[0]["flags"] != "slave" || replicas[0]["master-link-status"] != "ok" {
 				return false
@@ -284,13 +279,13 @@ func (s Sentinel) Failover(t testing.TB) {
 	if err := sc.Failover(ctx, s.MasterName).Err(); err != nil {
 		t.Fatalf("SENTINEL FAILOVER: %v", err)
 	}
-	waitUntil(t, 15*time.Second, "the sentinel names the replica master", func() bool {
+	waitUntil(t, "the sentinel names the replica master", func() bool {
 		addr, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
 		return err == nil && net.JoinHostPort(addr[0], addr[1]) == s.Replica
 	})
 	rdb := redis.NewClient(&redis.Options{Addr: s.Replica, MaxRetries: -1})
 	defer rdb.Close()
-	waitUntil(t, 15*time.Second, "the replica takes writes", func() bool {
+	waitUntil(t, "the replica takes writes", func() bool {
 		role, err := rdb.Do(ctx, "ROLE").Slice()
 		return err == nil && len(role) > 0 && role[0] == "master"
 	})

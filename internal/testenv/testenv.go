@@ -129,15 +129,63 @@ func PostgresURL(t testing.TB) string {
 	return u.String()
 }
 
-// WaitFor polls cond until it holds, failing the test after 5 s. It is for
-// waiting on another goroutine's progress, never for timing.
+// DefaultPatience is how long a test waits, by default, for what it
+// expects to happen eventually: far above what anything takes on a quiet
+// machine (milliseconds to a second), so that a laptop or a shared CI
+// runner with every core busy still passes. Tests prove order and
+// eventual visibility; the tight figures (lag, latency) are measured in
+// the benchmarks (deploy/bench) and logged, never asserted.
+const DefaultPatience = 30 * time.Second
+
+// Patience is how long a test waits for what it expects to happen
+// eventually: GATEWAY_TEST_PATIENCE (a Go duration, e.g. "2m" on a very
+// slow machine) or DefaultPatience. A wait that runs out fails the test,
+// so a broken feature still fails, only later. Bounds that a test needs to
+// stay below (a cache's freshness that would otherwise let a test pass
+// without the feature) are checked against it with NeedPatienceBelow.
+func Patience() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("GATEWAY_TEST_PATIENCE")); err == nil && d > 0 {
+		return d
+	}
+	return DefaultPatience
+}
+
+// NeedPatienceBelow fails the test unless Patience is below bound: what
+// the test waits for must not be able to happen within its patience
+// without the feature under test (bound, e.g. a cache's freshness, names
+// what would bring it about otherwise).
+func NeedPatienceBelow(t testing.TB, bound time.Duration, what string) {
+	t.Helper()
+	if p := Patience(); p >= bound {
+		t.Fatalf("GATEWAY_TEST_PATIENCE %v is not below %s (%v): the test could pass without what it tests", p, what, bound)
+	}
+}
+
+// Eventually polls cond every millisecond until it holds and returns how
+// long that took, failing the test, naming what, after Patience. It is
+// for waiting on another goroutine's or process's progress, never for
+// timing: the duration it returns is for logs.
+func Eventually(t testing.TB, what string, cond func() bool) time.Duration {
+	t.Helper()
+	return poll(t, what, time.Millisecond, cond)
+}
+
+// WaitFor is Eventually without a name.
 func WaitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	poll(t, "condition", time.Millisecond, cond)
+}
+
+// poll is Eventually with the pause between tries.
+func poll(t testing.TB, what string, every time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	began := time.Now()
+	patience := Patience()
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
+		if time.Since(began) > patience {
+			t.Fatalf("%s: not reached in %v (GATEWAY_TEST_PATIENCE)", what, patience)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(every)
 	}
+	return time.Since(began)
 }
