@@ -168,6 +168,17 @@ type transaction struct {
 
 func (t transaction) Commit(ctx context.Context) error { return t.tx.Commit(ctx) }
 
+func (t transaction) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	return t.tx.Query(ctx, query, args...)
+}
+
+// CopyFrom loads rows with COPY: an import's listings, whose row trigger
+// records each in the change feed as an INSERT would.
+func (t transaction) CopyFrom(ctx context.Context, table string, columns []string, rows [][]any) error {
+	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{table}, columns, pgx.CopyFromRows(rows))
+	return err
+}
+
 // Rollback runs even when ctx is what failed the transaction: a rollback
 // that fails costs the pool its connection, which pgx closes.
 func (t transaction) Rollback(ctx context.Context) error {

@@ -127,6 +127,14 @@ type transaction struct {
 
 func (t transaction) Commit(context.Context) error { return t.tx.Commit() }
 
+func (t transaction) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	rows, err := t.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
+
 func (t transaction) Rollback(context.Context) error {
 	if err := t.tx.Rollback(); !errors.Is(err, sql.ErrTxDone) {
 		return err
