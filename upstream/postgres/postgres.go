@@ -66,7 +66,10 @@ type Store struct {
 	pool *pgxpool.Pool
 }
 
-var _ upstream.Store = (*Store)(nil)
+var (
+	_ upstream.Store          = (*Store)(nil)
+	_ upstream.StreamImporter = (*Store)(nil)
+)
 
 // Open connects to the database at url and brings its schema up to date. A
 // database whose schema is newer than this build knows is an error.

@@ -53,7 +53,10 @@ type Store struct {
 	db   *sql.DB
 }
 
-var _ upstream.Store = (*Store)(nil)
+var (
+	_ upstream.Store          = (*Store)(nil)
+	_ upstream.StreamImporter = (*Store)(nil)
+)
 
 // Open opens or creates the database file at path, creating its directory
 // when missing, and brings its schema up to date. A file whose schema is

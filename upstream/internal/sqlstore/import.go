@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strconv"
 	"strings"
 
 	"github.com/realty-gateway/gateway/upstream"
@@ -120,7 +121,7 @@ func importStream(ctx context.Context, im *importer, next iter.Seq2[upstream.Lis
 	}
 	for l, err := range next {
 		if err != nil {
-			return 0, err
+			return 0, &inputErr{err}
 		}
 		b.given = append(b.given, l)
 		if len(b.given) == importBatch {
@@ -175,7 +176,7 @@ func (im *importer) fault(index int, l upstream.Listing, err error) error {
 // and the given numbers. Values out of range are left to add's checks.
 func (im *importer) prefetch(ctx context.Context, b *batch) error {
 	var firmIDs, userIDs, ids []any
-	var nos []any
+	nos := map[int64][]any{} // given numbers per firm
 	seen := map[int64]bool{}
 	for _, l := range b.given {
 		if _, ok := im.firms[l.FirmID]; !ok && !seen[l.FirmID] {
@@ -190,7 +191,7 @@ func (im *importer) prefetch(ctx context.Context, b *batch) error {
 			ids = append(ids, l.ID)
 		}
 		if l.No >= 1 && l.No <= upstream.MaxNumber {
-			nos = append(nos, l.FirmID, l.No)
+			nos[l.FirmID] = append(nos[l.FirmID], l.No)
 		}
 	}
 	if len(firmIDs) > 0 {
@@ -241,12 +242,15 @@ func (im *importer) prefetch(ctx context.Context, b *batch) error {
 		}
 	}
 	b.nosTaken = map[[2]int64]bool{}
-	if len(nos) > 0 {
-		err := im.each(ctx, `SELECT firm_id, no FROM listings WHERE (firm_id, no) IN (`+placeholders(len(nos)/2, 2)+`)`, nos,
+	for firmID, nos := range nos {
+		// Per firm, an IN list that the (firm_id, no) index answers; a
+		// list of pairs is a filter over a scan on PostgreSQL.
+		args := append([]any{firmID}, nos...)
+		err := im.each(ctx, `SELECT no FROM listings WHERE firm_id = $1 AND no IN (`+placeholdersFrom(2, len(nos))+`)`, args,
 			func(r Rows) error {
-				var k [2]int64
-				err := r.Scan(&k[0], &k[1])
-				b.nosTaken[k] = true
+				var no int64
+				err := r.Scan(&no)
+				b.nosTaken[[2]int64{firmID, no}] = true
 				return err
 			})
 		if err != nil {
@@ -254,6 +258,19 @@ func (im *importer) prefetch(ctx context.Context, b *batch) error {
 		}
 	}
 	return nil
+}
+
+// placeholdersFrom lists n parameters from $from on.
+func placeholdersFrom(from, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(from + i))
+	}
+	return b.String()
 }
 
 // each runs query and calls scan for every row.
@@ -270,6 +287,11 @@ func (im *importer) each(ctx context.Context, query string, args []any, scan fun
 	}
 	return rows.Err()
 }
+
+// inputErr carries an error of the import's input, returned as it is.
+type inputErr struct{ err error }
+
+func (e *inputErr) Error() string { return e.err.Error() }
 
 // domainErr marks an entry's fault, as opposed to a failure of the store.
 type domainErr struct{ err error }

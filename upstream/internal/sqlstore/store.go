@@ -630,8 +630,13 @@ func (s *Store) ImportStream(ctx context.Context, next iter.Seq2[upstream.Listin
 		n, err = importStream(ctx, im, next, stored)
 		return err
 	})
-	var ie *upstream.ImportError
+	var (
+		ie *upstream.ImportError
+		in *inputErr
+	)
 	switch {
+	case errors.As(err, &in):
+		return 0, in.err
 	case errors.As(err, &ie):
 		return 0, err // names the entry at fault; commands print it as it is
 	case err != nil:
