@@ -66,7 +66,10 @@ type Store struct {
 	pool *pgxpool.Pool
 }
 
-var _ upstream.Store = (*Store)(nil)
+var (
+	_ upstream.Store          = (*Store)(nil)
+	_ upstream.StreamImporter = (*Store)(nil)
+)
 
 // Open connects to the database at url and brings its schema up to date. A
 // database whose schema is newer than this build knows is an error.
@@ -167,6 +170,17 @@ type transaction struct {
 }
 
 func (t transaction) Commit(ctx context.Context) error { return t.tx.Commit(ctx) }
+
+func (t transaction) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	return t.tx.Query(ctx, query, args...)
+}
+
+// CopyFrom loads rows with COPY: an import's listings, whose row trigger
+// records each in the change feed as an INSERT would.
+func (t transaction) CopyFrom(ctx context.Context, table string, columns []string, rows [][]any) error {
+	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{table}, columns, pgx.CopyFromRows(rows))
+	return err
+}
 
 // Rollback runs even when ctx is what failed the transaction: a rollback
 // that fails costs the pool its connection, which pgx closes.

@@ -53,7 +53,10 @@ type Store struct {
 	db *sql.DB
 }
 
-var _ upstream.Store = (*Store)(nil)
+var (
+	_ upstream.Store          = (*Store)(nil)
+	_ upstream.StreamImporter = (*Store)(nil)
+)
 
 // Open opens or creates the database file at path, creating its directory
 // when missing, and brings its schema up to date. A file whose schema is
@@ -126,6 +129,14 @@ type transaction struct {
 }
 
 func (t transaction) Commit(context.Context) error { return t.tx.Commit() }
+
+func (t transaction) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	rows, err := t.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
 
 func (t transaction) Rollback(context.Context) error {
 	if err := t.tx.Rollback(); !errors.Is(err, sql.ErrTxDone) {
