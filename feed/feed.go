@@ -283,7 +283,10 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 		adoptDue := c.deps.Redis && c.cfg.Enabled && now.Sub(lastAdopt) >= adoptEvery
 		if quiet && !adoptDue && now.Sub(lastPrune) < pruneEvery {
 			// Idle: one read of an empty index says whether anything
-			// is to do, and proves the hold; nothing is written.
+			// is to do, and proves the hold; nothing is written. It is
+			// asked every Settle, not every Poll, where Settle is the
+			// longer: a change another writer makes is left to it for
+			// Settle anyway, so it is applied as soon as before.
 			undone, err := call(ctx, s, func(ctx context.Context) (bool, error) { return s.Undone(ctx) })
 			if err != nil {
 				c.errors[StageStore].Add(1)
@@ -294,7 +297,7 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 				c.lagNano.Store(0)
 				select {
 				case <-ctx.Done():
-				case <-time.After(min(c.cfg.Poll, s.Lease()/4)):
+				case <-time.After(min(max(c.cfg.Poll, c.cfg.Settle), s.Lease()/4)):
 				}
 				continue
 			}

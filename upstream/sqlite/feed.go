@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"time"
 
 	"github.com/realty-gateway/gateway/upstream"
@@ -57,7 +58,45 @@ func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSessio
 		cleared := db.Exec(ctx, `UPDATE feed_state SET lease_until = 0 WHERE id = 1 AND holder = $1`, holder)
 		return errors.Join(cleared, lock.Close())
 	}
-	return sqlstore.NewSession(db, nowMillis, feedLease, renew, release), nil
+	return &session{Session: sqlstore.NewSession(db, nowMillis, feedLease, renew, release), wal: s.path + "-wal"}, nil
+}
+
+// undoneRecheck bounds how long Undone trusts an unchanged write-ahead log.
+const undoneRecheck = time.Second
+
+// session is the SQLite side of the feed's hold. Every commit, by any
+// process, writes the write-ahead log: while its size and modification
+// time stay as they were when Undone last found nothing undone, Undone
+// answers without a query. It asks the database at least every
+// undoneRecheck all the same, for a commit that left both alike (one
+// within the file system's timestamp granularity of the last). Undone is
+// called from one goroutine at a time, as the consumer does.
+type session struct {
+	*sqlstore.Session
+	wal       string
+	idleWAL   walState // zero: not known idle
+	idleSince time.Time
+}
+
+type walState struct {
+	size    int64
+	modTime int64
+}
+
+func (s *session) Undone(ctx context.Context) (bool, error) {
+	var st walState
+	if fi, err := os.Stat(s.wal); err == nil {
+		st = walState{size: fi.Size(), modTime: fi.ModTime().UnixNano()}
+	}
+	if st != (walState{}) && st == s.idleWAL && time.Since(s.idleSince) < undoneRecheck {
+		return false, nil
+	}
+	s.idleWAL = walState{}
+	undone, err := s.Session.Undone(ctx) // after the stat: a commit between them is seen
+	if err == nil && !undone {
+		s.idleWAL, s.idleSince = st, time.Now()
+	}
+	return undone, err
 }
 
 func (s *Store) feedDB() database {
