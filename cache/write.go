@@ -313,6 +313,10 @@ func (c *Cache) markDirty(name string, revision int64) {
 	defer c.dirtyMu.Unlock()
 	c.dirty[name] = max(c.dirty[name], revision)
 	c.dirtyCount.Store(int64(len(c.dirty)))
+	select {
+	case c.dirtied <- struct{}{}:
+	default:
+	}
 }
 
 func (c *Cache) clean(name string) {
@@ -336,11 +340,21 @@ func (c *Cache) repair(ctx context.Context, name string) bool {
 	return true
 }
 
-// Repair removes dirty keys every interval until ctx ends.
+// Repair removes dirty keys every interval until ctx ends; while none is
+// dirty it sleeps until one is.
 func (c *Cache) Repair(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		if c.dirtyCount.Load() == 0 {
+			t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.dirtied:
+			}
+			t.Reset(every)
+		}
 		select {
 		case <-ctx.Done():
 			return

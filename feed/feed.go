@@ -183,7 +183,10 @@ const (
 	acquireTimeout = 5 * time.Second        // bounds one try, on a store that does not answer
 	backlogEvery   = time.Second            // how often the backlog gauges are read
 	pruneEvery     = 30 * time.Second       // how often done records are pruned
-	pruneBatch     = 10_000
+	// adoptEvery is how often an idle consumer checks that Redis is the
+	// one adopted (a busy one checks at every poll).
+	adoptEvery = time.Second
+	pruneBatch = 10_000
 	// redisGiveUp is how long a consumer that cannot reach Redis keeps the
 	// feed before it leaves it to a gateway that may.
 	redisGiveUp = 5 * time.Second
@@ -271,12 +274,36 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 			return err
 		}
 	}
-	lastBacklog, lastPrune, lastOrphans := time.Time{}, time.Now(), time.Time{}
+	lastBacklog, lastPrune, lastOrphans, lastAdopt := time.Time{}, time.Now(), time.Time{}, time.Time{}
 	var redisDownSince time.Time
 	var backfillAfter int64 // -1 once every listing's body is kept
+	quiet := false          // the last round left nothing to do
 	for ctx.Err() == nil {
 		now := time.Now()
+		adoptDue := c.deps.Redis && c.cfg.Enabled && now.Sub(lastAdopt) >= adoptEvery
+		if quiet && !adoptDue && now.Sub(lastPrune) < pruneEvery {
+			// Idle: one read of an empty index says whether anything
+			// is to do, and proves the hold; nothing is written. It is
+			// asked every Settle, not every Poll, where Settle is the
+			// longer: a change another writer makes is left to it for
+			// Settle anyway, so it is applied as soon as before.
+			undone, err := call(ctx, s, func(ctx context.Context) (bool, error) { return s.Undone(ctx) })
+			if err != nil {
+				c.errors[StageStore].Add(1)
+				return err
+			}
+			if !undone && w.idle() {
+				c.backlog.Store(0)
+				c.lagNano.Store(0)
+				select {
+				case <-ctx.Done():
+				case <-time.After(min(max(c.cfg.Poll, c.cfg.Settle), s.Lease()/4)):
+				}
+				continue
+			}
+		}
 		if c.deps.Redis && c.cfg.Enabled {
+			lastAdopt = now
 			id, err := c.adopt(ctx, s, adopted)
 			switch {
 			case err == nil:
@@ -327,6 +354,7 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 		if full {
 			continue // a burst: go on at once
 		}
+		quiet = backfillAfter < 0 && w.idle()
 		select {
 		case <-ctx.Done():
 		case <-time.After(min(c.cfg.Poll, s.Lease()/4)):
@@ -560,6 +588,13 @@ func (w *worker) purge(ctx context.Context, hard bool, id int64, seqs []int64) {
 			}
 		}
 	}, w.deps.Keys(id)...)
+}
+
+// idle reports whether no purge is under way or waits to be marked.
+func (w *worker) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.inflight) == 0 && len(w.purged) == 0
 }
 
 // collectPurged marks done the records whose purges ended.

@@ -85,6 +85,8 @@ func main() {
 	flag.BoolVar(&opts.feed, "feed", false, "measure the change feed's cost to writers instead (see feed.go)")
 	flag.DurationVar(&opts.feedDuration, "feed-duration", 30*time.Second, "with -feed: length of one run of writers")
 	flag.IntVar(&opts.writers, "feed-writers", 8, "with -feed: concurrent SQL writers")
+	flag.BoolVar(&opts.idle, "idle", false, "measure idle gateways' CPU and store writes instead (idle.go)")
+	flag.DurationVar(&opts.idleDuration, "idle-duration", 20*time.Second, "with -idle: length of one measurement")
 	flag.BoolVar(&opts.cases, "cases", false, "run the interleaved comparison (main run, scaling, pinned)")
 	flag.BoolVar(&opts.miss, "miss", false, "run the store-miss cases with their CPU split and profiles")
 	flag.BoolVar(&opts.longtail, "longtail", false, "run gateway-longtail against naive-longtail")
@@ -148,13 +150,15 @@ type options struct {
 	profile                                bool
 	profileSet                             bool // -profile given: -release profiles only then
 	db                                     string
+	idle                                   bool
+	idleDuration                           time.Duration
 	// release compares this tree with the commit against (against.go).
 	release bool
 	against string
 }
 
 func run(ctx context.Context, opts options) error {
-	if err := ensureTools(opts.cases && !opts.feed && !opts.release); err != nil {
+	if err := ensureTools(opts.cases && !opts.feed && !opts.release && !opts.idle); err != nil {
 		return err
 	}
 	root, err := gatewaytest.ModuleRoot()
@@ -175,10 +179,12 @@ func run(ctx context.Context, opts options) error {
 	switch {
 	case opts.release: // two labs of its own
 		measure = func(ctx context.Context) (string, error) { return releaseBench(ctx, opts, root, work) }
+	case opts.idle: // a lab of its own
+		measure = func(ctx context.Context) (string, error) { return idleBench(ctx, opts, root, work) }
 	case opts.feed:
 		measure = lab.feedBench
 	}
-	if !opts.release {
+	if !opts.release && !opts.idle {
 		if err := lab.prepare(ctx); err != nil {
 			return err
 		}

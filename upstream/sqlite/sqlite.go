@@ -50,7 +50,8 @@ const (
 type Store struct {
 	*sqlstore.Store
 	*sqlstore.Feed
-	db *sql.DB
+	db   *sql.DB
+	path string // the file, beside which the feed's lock file lies
 }
 
 var (
@@ -79,7 +80,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, errors.Join(fmt.Errorf("migrate %s: %w", path, err), sqlDB.Close())
 	}
 	store := sqlstore.New(sqlstore.Engine{DB: db, ConstraintError: constraintError})
-	return &Store{Store: store, Feed: sqlstore.NewFeed(db, nowMillis), db: sqlDB}, nil
+	return &Store{Store: store, Feed: sqlstore.NewFeed(db, nowMillis), db: sqlDB, path: path}, nil
 }
 
 // userVersion needs no lock of its own: the transaction holds the write
