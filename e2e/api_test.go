@@ -338,7 +338,7 @@ func TestEndToEndStaleOr503WhileStoreIsDown(t *testing.T) {
 	if err := pgProxy.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testenv.Patience())
 	for {
 		r := p.view(t, fmt.Sprintf("/realty/%d-%d", w.firm, thirdNo), tok)
 		if r.status == 200 {
@@ -433,7 +433,7 @@ func TestEndToEndReadsWhileRedisIsStopped(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Patience())
 	for {
 		r := p.view(t, "/realty/1001", tok)
 		if r.status == 200 && r.header.Get("X-Cache") == "HIT" {
