@@ -179,7 +179,7 @@ func TestEndToEndRejections(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn.SetDeadline(time.Now().Add(testenv.Patience()))
 			fmt.Fprint(conn, "POST /auth/login HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"+
 				"User-Agent: e2e-test\r\nContent-Length: 70000\r\n\r\n")
 			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -571,7 +571,7 @@ func TestEndToEndTwoProcessCoherence(t *testing.T) {
 		var res result
 		// Each read in another coding: every variant of a version must be
 		// as new as the identity body.
-		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+		client := &http.Client{Timeout: testenv.Patience(), Transport: &http.Transport{DisableCompression: true}}
 		defer client.CloseIdleConnections()
 		codings := []string{"", "gzip", "br", "zstd"}
 		for i := 0; ; i++ {
