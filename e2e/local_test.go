@@ -24,15 +24,10 @@ import (
 
 // replicas starts n gateways on one Redis and database, waits until each
 // has its local tier on, and returns them with a writer's and a reader's
-// token and the two paths of listing 1001. A write waits up to the test's
-// patience for the replicas' acknowledgements (GATEWAY_INVALIDATION_WAIT):
-// the coherence checked here is promised within that wait, whose 50 ms
-// default a busy machine's acknowledgement can exceed (docs/api.md, "Left
-// open").
+// token and the two paths of listing 1001.
 func replicas(t *testing.T, n int) (ps []*process, w world, writeTok, readTok string, paths []string) {
 	t.Helper()
 	e, _ := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
-	e["GATEWAY_INVALIDATION_WAIT"] = testenv.Patience().String()
 	w = newWorld(t, e)
 	for range n {
 		ps = append(ps, start(t, maps.Clone(e)))
