@@ -24,7 +24,9 @@ func TestStateValuesAndNames(t *testing.T) {
 
 func TestStateOfFollowsTheBreaker(t *testing.T) {
 	st := FastFail("test", slog.New(slog.DiscardHandler))
-	st.Timeout = 50 * time.Millisecond
+	// A second open: the check that it is open comes well within it on a
+	// busy machine.
+	st.Timeout = time.Second
 	cb := gobreaker.NewCircuitBreaker[struct{}](st)
 	if got := StateOf(cb); got != Closed {
 		t.Fatalf("new breaker %v, want closed", got)
@@ -36,7 +38,7 @@ func TestStateOfFollowsTheBreaker(t *testing.T) {
 	if got := StateOf(cb); got != Open {
 		t.Fatalf("after three failures %v, want open", got)
 	}
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(st.Timeout + 100*time.Millisecond)
 	if got := StateOf(cb); got != HalfOpen {
 		t.Fatalf("after the open time %v, want half-open", got)
 	}

@@ -170,7 +170,8 @@ func TestSyncPurge(t *testing.T) {
 	fake.status.Store(http.StatusBadGateway)
 	began := time.Now()
 	p.Purge(context.Background(), true, "realty-2")
-	if took := time.Since(began); took > 2*time.Second {
+	// One answered attempt, not retries until GiveUpAfter (a minute).
+	if took := time.Since(began); took > testenv.Patience() {
 		t.Fatalf("a failing CDN held the write %v", took)
 	}
 	fake.status.Store(0)
@@ -297,14 +298,16 @@ func TestDeadCDNCostsAWriteOneTimeoutAtMost(t *testing.T) {
 		<-r.Context().Done()               // never answers; the client gives up
 	}))
 	t.Cleanup(dead.Close)
-	const timeout = 300 * time.Millisecond
+	// A second: the 4th write's "no wait" below has that much headroom on
+	// a busy machine.
+	const timeout = time.Second
 	p := newPurger(t, cdn.Config{URL: settings.DSN(dead.URL + "/{key}"), Sync: true, Timeout: timeout,
 		RepurgeAfter: time.Hour}, cdn.Deps{GiveUpAfter: time.Minute, Queue: 10, Log: quiet()})
 	// Run is not running: every request the CDN gets is a write's.
 	for i := range 3 {
 		began := time.Now()
 		p.Purge(context.Background(), true, fmt.Sprintf("realty-%d", i))
-		if took := time.Since(began); took < timeout || took > 10*timeout {
+		if took := time.Since(began); took < timeout || took > timeout+testenv.Patience() {
 			t.Fatalf("write %d waited %v for a dead CDN; want one timeout (%v)", i, took, timeout)
 		}
 	}

@@ -179,7 +179,7 @@ func TestEndToEndRejections(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn.SetDeadline(time.Now().Add(testenv.Patience()))
 			fmt.Fprint(conn, "POST /auth/login HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"+
 				"User-Agent: e2e-test\r\nContent-Length: 70000\r\n\r\n")
 			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -338,7 +338,7 @@ func TestEndToEndStaleOr503WhileStoreIsDown(t *testing.T) {
 	if err := pgProxy.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testenv.Patience())
 	for {
 		r := p.view(t, fmt.Sprintf("/realty/%d-%d", w.firm, thirdNo), tok)
 		if r.status == 200 {
@@ -433,7 +433,7 @@ func TestEndToEndReadsWhileRedisIsStopped(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Patience())
 	for {
 		r := p.view(t, "/realty/1001", tok)
 		if r.status == 200 && r.header.Get("X-Cache") == "HIT" {
@@ -571,7 +571,7 @@ func TestEndToEndTwoProcessCoherence(t *testing.T) {
 		var res result
 		// Each read in another coding: every variant of a version must be
 		// as new as the identity body.
-		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+		client := &http.Client{Timeout: testenv.Patience(), Transport: &http.Transport{DisableCompression: true}}
 		defer client.CloseIdleConnections()
 		codings := []string{"", "gzip", "br", "zstd"}
 		for i := 0; ; i++ {

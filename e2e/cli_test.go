@@ -264,17 +264,18 @@ func (a accountEngine) start(t *testing.T) (environment, world, *process) {
 	return e, w, start(t, e)
 }
 
-// requireRefusedSoon fails unless p answers tok with 401 within a second.
+// requireRefusedSoon fails unless p answers tok with 401 within the test's
+// patience.
 func requireRefusedSoon(t *testing.T, p *process, what, tok string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(testenv.Patience())
 	for {
 		r := p.view(t, "/realty/1001", tok)
 		if r.status == http.StatusUnauthorized {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d %s; want 401 within a second", what, r.status, r.body)
+			t.Fatalf("%s: %d %s; want 401 (GATEWAY_TEST_PATIENCE)", what, r.status, r.body)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

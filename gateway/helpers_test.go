@@ -114,14 +114,17 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 	}
 	log := slog.New(slog.NewJSONHandler(logTo, nil))
 	const fresh = time.Minute // the listing cache's
+	// The bounds on a store call, a load, a request and a wait for a
+	// hashing slot are generous: under -race on a busy machine an argon2id
+	// check or a store call can take seconds, and no test here times them.
 	guarded, err := upstream.NewGuarded(store,
 		breaker.Config{Window: time.Minute, Bucket: time.Second, MinRequests: 20, FailureRatio: 0.5, OpenFor: time.Second, Probes: 1},
-		breaker.Limits{CallTimeout: time.Second, MaxConcurrent: 4}, upstream.GuardedDeps{Log: log})
+		breaker.Limits{CallTimeout: 10 * time.Second, MaxConcurrent: 4}, upstream.GuardedDeps{Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	listings, err := cache.NewLocal(cache.Config{Fresh: fresh, LocalBytes: 1 << 20, LocalMaxAge: time.Second, InvalidationWait: time.Second},
-		cache.Deps{Source: guarded, Log: log, LoadTimeout: time.Second})
+		cache.Deps{Source: guarded, Log: log, LoadTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +133,10 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 			Issuer: testIssuer, Audience: testAudience, Keys: settings.Secret("k1:" + string(testSecret)),
 			TokenTTL: time.Hour, Leeway: 30 * time.Second,
 		},
-		RequestTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, IdleTimeout: time.Second,
+		RequestTimeout: 30 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, IdleTimeout: time.Second,
 		BodyLimit: 1 << 20, HeaderLimit: 8192, AccessLog: "all",
 		Login: Login{
-			HashConcurrency: 2, HashWait: time.Second,
+			HashConcurrency: 2, HashWait: 10 * time.Second,
 			AccountFailures: 1000, IPAttempts: 1000, KeyAttempts: 1000, UnknownKeyAttempts: 1000,
 			IPv6Prefix: 64, LimitPeriod: time.Minute,
 		},

@@ -104,7 +104,7 @@ func TestAccountLimitCannotBeRaced(t *testing.T) {
 				trustAll(c)
 				c.Login.AccountFailures, c.Login.LimitPeriod = 20, time.Hour
 				// Twenty argon2id checks under -race may outlast the
-				// fixture's 2 s request deadline: the limit is what is tested.
+				// fixture's request deadline: the limit is what is tested.
 				c.Login.HashConcurrency, c.Login.HashWait, c.RequestTimeout = 4, time.Minute, time.Minute
 			}})
 			var wg sync.WaitGroup

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -107,15 +108,11 @@ func readAll(b *batcher[int64], ctx context.Context, ids []int64) map[int64]answ
 // waitQueued waits until n reads wait in b's queue.
 func waitQueued(t *testing.T, b *batcher[int64], n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	testenv.Eventually(t, fmt.Sprintf("%d reads queued", n), func() bool {
 		b.mu.Lock()
-		queued := len(b.queue)
-		b.mu.Unlock()
-		if queued >= n {
-			return
-		}
-	}
-	t.Fatalf("fewer than %d reads queued", n)
+		defer b.mu.Unlock()
+		return len(b.queue) >= n
+	})
 }
 
 func requireAnswers(t *testing.T, got map[int64]answer) {
