@@ -46,6 +46,8 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 		{"ImportRejects", testImportRejects},
 		{"ImportAllOrNothing", testImportAllOrNothing},
 		{"ImportNothing", testImportNothing},
+		{"ImportStream", testImportStream},
+		{"ImportStreamRejects", testImportStreamRejects},
 		{"NumberLimits", testNumberLimits},
 		{"NumberCounter", testNumberCounter},
 		{"ConcurrentImports", testConcurrentImports},
