@@ -495,11 +495,11 @@ func (im *importer) insert(ctx context.Context, b *batch) error {
 		return err
 	}
 	err := im.bulk(ctx, b.rows)
+	if err != nil && im.constraintError(err) == nil {
+		return fmt.Errorf("insert entries %d to %d: %w", im.done, im.done+len(b.rows)-1, err)
+	}
 	if err == nil {
 		return im.tx.Exec(ctx, `RELEASE SAVEPOINT import_batch`)
-	}
-	if im.constraintError(err) == nil {
-		return err
 	}
 	if err := im.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT import_batch`); err != nil {
 		return err
