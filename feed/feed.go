@@ -119,8 +119,11 @@ type Stats struct {
 	// Applied counts records applied; Replayed those applied again to a
 	// new Redis; PurgesGivenUp the records marked done though their purge
 	// was given up.
-	Applied       uint64 `json:"applied"`
-	Replayed      uint64 `json:"replayed"`
+	Applied  uint64 `json:"applied"`
+	Replayed uint64 `json:"replayed"`
+	// Unpurged counts listings applied without a purge: their first
+	// version, which no edge has seen (see firstVersion).
+	Unpurged      uint64 `json:"unpurged"`
 	PurgesGivenUp uint64 `json:"purgesGivenUp"`
 	// Errors counts failures by stage.
 	Errors map[string]uint64 `json:"errors"`
@@ -136,6 +139,7 @@ type Consumer struct {
 	backlog, lagNano atomic.Int64
 	applied          atomic.Uint64
 	replayed         atomic.Uint64
+	unpurged         atomic.Uint64
 	givenUp          atomic.Uint64
 	errors           map[string]*atomic.Uint64
 }
@@ -168,7 +172,7 @@ func New(cfg Config, deps Deps) (*Consumer, error) {
 func (c *Consumer) Stats() Stats {
 	s := Stats{
 		Consumer: c.consumer.Load(), Backlog: c.backlog.Load(), Lag: time.Duration(c.lagNano.Load()),
-		Applied: c.applied.Load(), Replayed: c.replayed.Load(), PurgesGivenUp: c.givenUp.Load(),
+		Applied: c.applied.Load(), Replayed: c.replayed.Load(), Unpurged: c.unpurged.Load(), PurgesGivenUp: c.givenUp.Load(),
 		Errors: make(map[string]uint64, len(c.errors)),
 	}
 	for stage, n := range c.errors {
@@ -472,6 +476,21 @@ type listing struct {
 	numbers  []cache.Key
 	hard     bool // a visibility change or a deletion
 	replayed bool // every record is a replay
+	created  bool // every record is the listing's creation: see firstVersion
+}
+
+// firstVersion reports whether ch records a listing's first version: an
+// insert of revision 1, visible before in no form. Any update raises the
+// revision above the old one, and a row inserted under the id of a removed
+// one continues above its last revision (the triggers see to both), so
+// revision 1 is the first row under its id. No edge can hold a copy of it
+// that needs a purge: no earlier version of the id existed, an edge never
+// stores a 404 (problem answers are no-store, and the shipped VCL stores
+// no status of 300 or more), and a number that a removed row left was
+// purged under that row's id when it was removed. A bulk import of new
+// listings therefore sends the CDN nothing.
+func firstVersion(ch upstream.Change) bool {
+	return ch.Revision == 1 && !ch.VisibleBefore && !ch.Deleted && !ch.Moved()
 }
 
 func merge(changes []upstream.Change) []*listing {
@@ -480,7 +499,7 @@ func merge(changes []upstream.Change) []*listing {
 	for _, ch := range changes {
 		l := byID[ch.ListingID]
 		if l == nil {
-			l = &listing{id: ch.ListingID, replayed: true}
+			l = &listing{id: ch.ListingID, replayed: true, created: true}
 			byID[ch.ListingID] = l
 			order = append(order, l)
 		}
@@ -493,6 +512,7 @@ func merge(changes []upstream.Change) []*listing {
 		}
 		l.hard = l.hard || ch.Deleted || ch.VisibleBefore != ch.VisibleAfter
 		l.replayed = l.replayed && ch.Replayed
+		l.created = l.created && firstVersion(ch)
 	}
 	return order
 }
@@ -532,7 +552,10 @@ func (w *worker) apply(ctx context.Context, changes []upstream.Change) error {
 			failed++
 			continue
 		}
-		if l.replayed || w.deps.Purger == nil {
+		if l.replayed || l.created || w.deps.Purger == nil {
+			if l.created && !l.replayed && w.deps.Purger != nil {
+				w.unpurged.Add(1)
+			}
 			done = append(done, l.seqs...)
 			continue
 		}

@@ -66,45 +66,105 @@ func terminal(w io.Writer) bool {
 	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
-// importEntries reads a JSON array of listings one entry at a time, each
-// through the same decoding and validation as POST /realty, keeping the
-// given id, firm, user and dates. A malformed file or entry ends it with
-// the error, an entry's naming it as an *upstream.ImportError.
+// importEntries reads a JSON array of listings, each through the same
+// decoding and validation as POST /realty, keeping the given id, firm,
+// user and dates, and yields them in file order. One goroutine reads the
+// entries in chunks of decodeChunk; the chunks are decoded in parallel, at
+// most decodeAhead of them ahead of the consumer, so that memory stays
+// flat. A malformed file or entry ends it with the error, an entry's
+// naming it as an *upstream.ImportError.
 func importEntries(r io.Reader) iter.Seq2[upstream.Listing, error] {
 	return func(yield func(upstream.Listing, error) bool) {
-		fail := func(err error) { yield(upstream.Listing{}, err) }
-		dec := json.NewDecoder(bufio.NewReaderSize(r, 1<<16))
-		if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
-			if err == nil {
-				err = fmt.Errorf("found %v", tok)
-			}
-			fail(fmt.Errorf("import file: want a JSON array of listings: %w", err))
-			return
-		}
-		var raw json.RawMessage
-		for i := 0; dec.More(); i++ {
-			raw = raw[:0]
-			if err := dec.Decode(&raw); err != nil {
-				fail(fmt.Errorf("import file: want a JSON array of listings: entry %d: %w", i, err))
-				return
-			}
-			l, err := upstream.DecodeListing(raw, true)
-			if err != nil {
-				var id struct {
-					ID int64 `json:"id"`
+		done := make(chan struct{})
+		defer close(done)
+		chunks := make(chan chan decoded, decodeAhead)
+		go readChunks(r, chunks, done)
+		for c := range chunks {
+			d := <-c
+			for _, l := range d.ls {
+				if !yield(l, nil) {
+					return
 				}
-				_ = json.Unmarshal(raw, &id)
-				fail(&upstream.ImportError{Index: i, ID: id.ID, Err: err})
+			}
+			if d.err != nil {
+				yield(upstream.Listing{}, d.err)
 				return
 			}
-			if !yield(l, nil) {
-				return
-			}
-		}
-		if _, err := dec.Token(); err != nil {
-			fail(fmt.Errorf("import file: want a JSON array of listings: %w", err))
 		}
 	}
+}
+
+// Decoding ahead of the store: entries per chunk, chunks in flight.
+const (
+	decodeChunk = 256
+	decodeAhead = 8
+)
+
+// decoded is a chunk's listings, and the error that ended the file there.
+type decoded struct {
+	ls  []upstream.Listing
+	err error
+}
+
+// readChunks splits the array into chunks of raw entries and starts the
+// decoding of each, handing out its result in file order.
+func readChunks(r io.Reader, out chan<- chan decoded, done <-chan struct{}) {
+	defer close(out)
+	send := func(d func() decoded) bool {
+		c := make(chan decoded, 1)
+		select {
+		case out <- c:
+		case <-done:
+			return false
+		}
+		go func() { c <- d() }()
+		return true
+	}
+	fail := func(err error) { send(func() decoded { return decoded{err: err} }) }
+	dec := json.NewDecoder(bufio.NewReaderSize(r, 1<<16))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		if err == nil {
+			err = fmt.Errorf("found %v", tok)
+		}
+		fail(fmt.Errorf("import file: want a JSON array of listings: %w", err))
+		return
+	}
+	for base := 0; dec.More(); base += decodeChunk {
+		raws := make([]json.RawMessage, 0, decodeChunk)
+		var err error
+		for len(raws) < decodeChunk && dec.More() {
+			var raw json.RawMessage
+			if err = dec.Decode(&raw); err != nil {
+				err = fmt.Errorf("import file: want a JSON array of listings: entry %d: %w", base+len(raws), err)
+				break
+			}
+			raws = append(raws, raw)
+		}
+		if !send(func() decoded { return decodeEntries(base, raws, err) }) || err != nil {
+			return
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		fail(fmt.Errorf("import file: want a JSON array of listings: %w", err))
+	}
+}
+
+// decodeEntries decodes the entries from index base on; err, when set,
+// follows them.
+func decodeEntries(base int, raws []json.RawMessage, err error) decoded {
+	ls := make([]upstream.Listing, 0, len(raws))
+	for i, raw := range raws {
+		l, derr := upstream.DecodeListing(raw, true)
+		if derr != nil {
+			var id struct {
+				ID int64 `json:"id"`
+			}
+			_ = json.Unmarshal(raw, &id)
+			return decoded{ls: ls, err: &upstream.ImportError{Index: base + i, ID: id.ID, Err: derr}}
+		}
+		ls = append(ls, l)
+	}
+	return decoded{ls: ls, err: err}
 }
 
 // countingReader counts the bytes read, for the progress.

@@ -131,6 +131,21 @@ type transaction struct {
 
 func (t transaction) Commit(context.Context) error { return t.tx.Commit() }
 
+// Prepare prepares query once for many executions in the transaction:
+// an import's multi-row INSERT, which SQLite would otherwise parse again
+// each time.
+func (t transaction) Prepare(ctx context.Context, query string) (func(context.Context, ...any) error, func() error, error) {
+	st, err := t.tx.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, nil, err
+	}
+	exec := func(ctx context.Context, args ...any) error {
+		_, err := st.ExecContext(ctx, args...)
+		return err
+	}
+	return exec, st.Close, nil
+}
+
 func (t transaction) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
 	rows, err := t.tx.QueryContext(ctx, query, args...)
 	if err != nil {
