@@ -125,8 +125,14 @@ const importLock = `SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL sta
 
 // lockedVersion takes the advisory lock, which the transaction holds until
 // it ends, before it reads the version: processes starting at once apply
-// each step once.
+// each step once. The schema's steps are not a request's statements: the
+// serving statement_timeout gives way, within this transaction, to Open's
+// context (a step that rewrites a large table, or the wait for another
+// process's steps, may take far longer than a read may).
 func lockedVersion(ctx context.Context, tx sqlstore.Querier) (version int, err error) {
+	if err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+		return 0, fmt.Errorf("lift statement timeout: %w", err)
+	}
 	if err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 		return 0, err
 	}
