@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdin io
 	case "token revoke":
 		return commands.TokenRevoke(ctx, cfg, log, args[2:], stdout)
 	case "listing import":
-		return commands.ListingImport(ctx, cfg, log, args[2:], stdin, stdout)
+		return commands.ListingImport(ctx, cfg, log, args[2:], stdin, stdout, stderr)
 	case "cdn purge":
 		return commands.CDNPurge(ctx, cfg, log, args[2:], stdout)
 	case "cache purge":

@@ -112,6 +112,8 @@ func observeFeed(m *metrics.Metrics, c *feed.Consumer) {
 		func() float64 { return float64(c.Stats().Applied) })
 	m.CounterFunc("gateway_feed_changes_replayed_total", "Changes marked for applying again to a Redis that may have lost them.", nil,
 		func() float64 { return float64(c.Stats().Replayed) })
+	m.CounterFunc("gateway_feed_first_versions_unpurged_total", "Listings whose change was their first version (an insert, an import): applied without a CDN purge, since no edge has seen them.", nil,
+		func() float64 { return float64(c.Stats().Unpurged) })
 	m.CounterFunc("gateway_feed_purges_given_up_total", "Changes marked done though their CDN purge was given up.", nil,
 		func() float64 { return float64(c.Stats().PurgesGivenUp) })
 	for _, stage := range []string{feed.StageStore, feed.StageRedis, feed.StageAnnounce, feed.StagePurge} {

@@ -103,6 +103,7 @@ func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, m
 	)
 	if m != nil {
 		observeStore, observer = m.StoreCall, m
+		m.StoreOps(upstream.GuardedOps())
 	}
 	p := &parts{}
 	defer func() {

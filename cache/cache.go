@@ -238,6 +238,7 @@ type Cache struct {
 	dirtyMu    sync.Mutex
 	dirty      map[string]int64 // key: the revision that failed to publish
 	dirtyCount atomic.Int64
+	dirtied    chan struct{} // wakes Repair, which sleeps while nothing is dirty
 
 	// trust gates Redis entries after signs that Redis missed writes, and
 	// settler marks this gateway's own writes in the store's change feed;
@@ -270,7 +271,7 @@ func newCache(t tier, cfg Config, deps Deps, opts []Option) (*Cache, error) {
 		}
 	}
 	c := &Cache{src: deps.Source, tier: t, cfg: cfg, log: deps.Log, prefix: deps.Prefix, loadTimeout: deps.LoadTimeout,
-		compressor: z, now: time.Now, dirty: map[string]int64{}}
+		compressor: z, now: time.Now, dirty: map[string]int64{}, dirtied: make(chan struct{}, 1)}
 	if deps.Tracer != nil {
 		c.tracer = deps.Tracer.Tracer("github.com/realty-gateway/gateway/cache")
 	}

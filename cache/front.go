@@ -28,6 +28,7 @@ type front struct {
 
 	enabled atomic.Bool
 	gen     atomic.Uint64 // raised on every enable and disable
+	until   atomic.Int64  // unix nanoseconds when the last entry put expires
 
 	mu     sync.Mutex // makes floor checks and writes one step
 	floors map[int64]floor
@@ -107,7 +108,14 @@ func (f *front) put(k Key, r record, gen uint64, now time.Time) {
 		return
 	}
 	f.cache.Set(k, &frontEntry{entry: r.entry(Hit), revision: r.revision, expires: expires, weight: r.weight(frontEntryOverhead)})
+	if expires > f.until.Load() {
+		f.until.Store(expires)
+	}
 }
+
+// holds reports whether the tier may hold an entry that has not expired:
+// its invalidations must then be heard at once.
+func (f *front) holds(now time.Time) bool { return now.UnixNano() < f.until.Load() }
 
 // reweigh charges k's entry again, where it holds the version whose
 // variants v are: a variant was added to it.

@@ -53,9 +53,14 @@ type invalidator struct {
 	announced, unacknowledged atomic.Uint64
 }
 
-// healthEvery is how often a quiet subscription is pinged; one that stays
-// silent for two of these is taken as lost.
-const healthEvery = 500 * time.Millisecond
+// healthEvery is how often a quiet subscription is pinged while the front
+// tier holds entries (an entry it serves must not miss an invalidation),
+// and idleHealthEvery how often otherwise; a ping not answered within two
+// healthEvery ends the subscription as lost.
+const (
+	healthEvery     = 500 * time.Millisecond
+	idleHealthEvery = 30 * time.Second
+)
 
 func newInvalidator(rdb redis.UniversalClient, prefix string, wait, timeout time.Duration, f *front, apply func([]Invalidation), lost func(), log *slog.Logger) *invalidator {
 	b := make([]byte, 8)
@@ -100,6 +105,7 @@ func (inv *invalidator) run(ctx context.Context) {
 // and says whether it was confirmed meanwhile.
 func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribed bool, err error) {
 	heard := time.Now()
+	var pinged time.Time // when the ping not answered yet went out
 	for ctx.Err() == nil {
 		// go-redis does not end a blocked read when ctx ends, so reads
 		// are short and ctx is checked between them.
@@ -109,15 +115,21 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribe
 			if !errors.As(err, &ne) || !ne.Timeout() {
 				return subscribed, err
 			}
-			if time.Since(heard) > 2*healthEvery {
-				return subscribed, errors.New("subscription silent")
-			}
-			if err := ps.Ping(ctx); err != nil {
-				return subscribed, err
+			now := time.Now()
+			switch {
+			case !pinged.IsZero():
+				if now.Sub(pinged) > 2*healthEvery {
+					return subscribed, errors.New("subscription silent")
+				}
+			case inv.front != nil && inv.front.holds(now), now.Sub(heard) >= idleHealthEvery:
+				if err := ps.Ping(ctx); err != nil {
+					return subscribed, err
+				}
+				pinged = now
 			}
 			continue
 		}
-		heard = time.Now()
+		heard, pinged = time.Now(), time.Time{}
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Count == 2 {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/realty-gateway/gateway/internal/faultpoint"
@@ -67,6 +69,84 @@ func (c *Cache) Import(ctx context.Context, ls []upstream.Listing) ([]Written, e
 		ws[i].published, ws[i].identity = published, identity
 	}
 	return ws, nil
+}
+
+// importFloorBatch is how many new listings one pipeline of floors and
+// one announcement cover after a streamed import.
+const importFloorBatch = 1000
+
+// ImportStream stores the listings of next, all or none, as Import does,
+// but for files of any length: the source reads them a batch at a time
+// (see upstream.StreamImporter) and the cache keeps none of them. A new
+// listing's keys can hold nothing but a cached absence (a 404 read before
+// the import), so after the commit both keys of each get a floor, in
+// pipelines of importFloorBatch listings, and every gateway is told, as
+// the change feed does for another writer's insert: no tier serves an
+// absence of an imported listing once ImportStream returns, and none is
+// filled with listings nobody reads. It keeps 32 bytes per listing until
+// then. progress, when set, is told of every batch the source wrote. A
+// source that does not stream is given the file whole, through Import.
+func (c *Cache) ImportStream(ctx context.Context, next iter.Seq2[upstream.Listing, error], progress func(n int)) (int, error) {
+	src, ok := c.src.(upstream.StreamImporter)
+	if !ok {
+		var ls []upstream.Listing
+		for l, err := range next {
+			if err != nil {
+				return 0, err
+			}
+			ls = append(ls, l)
+		}
+		ws, err := c.Import(ctx, ls)
+		if err == nil && progress != nil {
+			progress(len(ws))
+		}
+		return len(ws), err
+	}
+	var items []Invalidation
+	n, err := src.ImportStream(ctx, next, func(stored []upstream.Listing) error {
+		for _, l := range stored {
+			items = append(items, invalidationOf(l, l.Revision))
+		}
+		if progress != nil {
+			progress(len(stored))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	faultpoint.Hit(faultpoint.AfterCommit)
+	var errs []error
+	for chunk := range slices.Chunk(items, importFloorBatch) {
+		errs = append(errs, c.floorNew(ctx, chunk))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return n, fmt.Errorf("imported %d listings, but not every gateway was told: %w", n, err)
+	}
+	return n, nil
+}
+
+// floorNew gives both keys of each new listing a floor at its revision,
+// and tells every gateway. A key that could be neither floored nor removed
+// is marked dirty, as a write's is.
+func (c *Cache) floorNew(ctx context.Context, items []Invalidation) error {
+	ctx = context.WithoutCancel(ctx)
+	ttl := c.floorTTL()
+	writes := make([]keyWrite, 0, 2*len(items))
+	for _, it := range items {
+		for _, k := range []Key{ByID(it.ID), ByNumber(it.FirmID, it.No)} {
+			floor := record{revision: it.Revision, id: it.ID, firmID: k.FirmID, no: k.No, kind: kindFloor, etag: []byte("-"),
+				freshUntil: c.until(ttl)}
+			writes = append(writes, keyWrite{name: k.name(c.prefix), value: floor, ttl: ttl})
+		}
+	}
+	for i, err := range c.writeKeys(ctx, writes) {
+		if err != nil {
+			c.forget(ctx, writes[i].name, writes[i].value.revision)
+		}
+	}
+	c.applyInvalidations(items)
+	return c.announceItems(ctx, items)
 }
 
 // Resolve reads the stored listing under k, bypassing the cache: writes
@@ -233,6 +313,10 @@ func (c *Cache) markDirty(name string, revision int64) {
 	defer c.dirtyMu.Unlock()
 	c.dirty[name] = max(c.dirty[name], revision)
 	c.dirtyCount.Store(int64(len(c.dirty)))
+	select {
+	case c.dirtied <- struct{}{}:
+	default:
+	}
 }
 
 func (c *Cache) clean(name string) {
@@ -256,11 +340,21 @@ func (c *Cache) repair(ctx context.Context, name string) bool {
 	return true
 }
 
-// Repair removes dirty keys every interval until ctx ends.
+// Repair removes dirty keys every interval until ctx ends; while none is
+// dirty it sleeps until one is.
 func (c *Cache) Repair(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		if c.dirtyCount.Load() == 0 {
+			t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.dirtied:
+			}
+			t.Reset(every)
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -174,11 +174,40 @@ func TestEndToEndConditionalWrites(t *testing.T) {
 					t.Fatalf("after a refused DELETE %q: %d", lines, r.status)
 				}
 			}
+			for _, lines := range [][]string{{"If-Match", "abc"}, {"If-Match", "*, " + tag}} {
+				if r := conditional(t, p, http.MethodDelete, path, tok, "", lines...); r.status != 400 {
+					t.Fatalf("DELETE %q: %d, want 400: %s", lines, r.status, r.body)
+				}
+				if r := p.view(t, path, tok); r.status != 200 {
+					t.Fatalf("after a malformed DELETE %q: %d", lines, r.status)
+				}
+			}
 			if r := conditional(t, p, http.MethodDelete, path, tok, "", "If-Match", `"x", `+tag); r.status != 204 {
 				t.Fatalf("DELETE with the current tag in a list: %d: %s", r.status, r.body)
 			}
 			if r := p.view(t, path, tok); r.status != 404 {
 				t.Fatalf("after the DELETE: %d", r.status)
+			}
+			// The forms that hold without naming a tag, each on a listing
+			// of its own: If-Match: *, a past-proof If-Unmodified-Since,
+			// If-None-Match of another tag, and none at all.
+			for _, lines := range [][]string{
+				{"If-Match", "*"},
+				{"If-Unmodified-Since", "Fri, 01 Jan 2100 00:00:00 GMT"},
+				{"If-None-Match", `"x"`},
+				nil,
+			} {
+				created := conditional(t, p, http.MethodPost, "/realty", tok, body("to delete"))
+				loc := created.header.Get("Location")
+				if created.status != 201 || loc == "" {
+					t.Fatalf("POST: %d, Location %q: %s", created.status, loc, created.body)
+				}
+				if r := conditional(t, p, http.MethodDelete, loc, tok, "", lines...); r.status != 204 {
+					t.Fatalf("DELETE %q: %d, want 204: %s", lines, r.status, r.body)
+				}
+				if r := p.view(t, loc, tok); r.status != 404 {
+					t.Fatalf("after DELETE %q: %d", lines, r.status)
+				}
 			}
 		})
 	}

@@ -119,8 +119,11 @@ type Stats struct {
 	// Applied counts records applied; Replayed those applied again to a
 	// new Redis; PurgesGivenUp the records marked done though their purge
 	// was given up.
-	Applied       uint64 `json:"applied"`
-	Replayed      uint64 `json:"replayed"`
+	Applied  uint64 `json:"applied"`
+	Replayed uint64 `json:"replayed"`
+	// Unpurged counts listings applied without a purge: their first
+	// version, which no edge has seen (see firstVersion).
+	Unpurged      uint64 `json:"unpurged"`
 	PurgesGivenUp uint64 `json:"purgesGivenUp"`
 	// Errors counts failures by stage.
 	Errors map[string]uint64 `json:"errors"`
@@ -136,6 +139,7 @@ type Consumer struct {
 	backlog, lagNano atomic.Int64
 	applied          atomic.Uint64
 	replayed         atomic.Uint64
+	unpurged         atomic.Uint64
 	givenUp          atomic.Uint64
 	errors           map[string]*atomic.Uint64
 }
@@ -168,7 +172,7 @@ func New(cfg Config, deps Deps) (*Consumer, error) {
 func (c *Consumer) Stats() Stats {
 	s := Stats{
 		Consumer: c.consumer.Load(), Backlog: c.backlog.Load(), Lag: time.Duration(c.lagNano.Load()),
-		Applied: c.applied.Load(), Replayed: c.replayed.Load(), PurgesGivenUp: c.givenUp.Load(),
+		Applied: c.applied.Load(), Replayed: c.replayed.Load(), Unpurged: c.unpurged.Load(), PurgesGivenUp: c.givenUp.Load(),
 		Errors: make(map[string]uint64, len(c.errors)),
 	}
 	for stage, n := range c.errors {
@@ -183,7 +187,10 @@ const (
 	acquireTimeout = 5 * time.Second        // bounds one try, on a store that does not answer
 	backlogEvery   = time.Second            // how often the backlog gauges are read
 	pruneEvery     = 30 * time.Second       // how often done records are pruned
-	pruneBatch     = 10_000
+	// adoptEvery is how often an idle consumer checks that Redis is the
+	// one adopted (a busy one checks at every poll).
+	adoptEvery = time.Second
+	pruneBatch = 10_000
 	// redisGiveUp is how long a consumer that cannot reach Redis keeps the
 	// feed before it leaves it to a gateway that may.
 	redisGiveUp = 5 * time.Second
@@ -271,12 +278,36 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 			return err
 		}
 	}
-	lastBacklog, lastPrune, lastOrphans := time.Time{}, time.Now(), time.Time{}
+	lastBacklog, lastPrune, lastOrphans, lastAdopt := time.Time{}, time.Now(), time.Time{}, time.Time{}
 	var redisDownSince time.Time
 	var backfillAfter int64 // -1 once every listing's body is kept
+	quiet := false          // the last round left nothing to do
 	for ctx.Err() == nil {
 		now := time.Now()
+		adoptDue := c.deps.Redis && c.cfg.Enabled && now.Sub(lastAdopt) >= adoptEvery
+		if quiet && !adoptDue && now.Sub(lastPrune) < pruneEvery {
+			// Idle: one read of an empty index says whether anything
+			// is to do, and proves the hold; nothing is written. It is
+			// asked every Settle, not every Poll, where Settle is the
+			// longer: a change another writer makes is left to it for
+			// Settle anyway, so it is applied as soon as before.
+			undone, err := call(ctx, s, func(ctx context.Context) (bool, error) { return s.Undone(ctx) })
+			if err != nil {
+				c.errors[StageStore].Add(1)
+				return err
+			}
+			if !undone && w.idle() {
+				c.backlog.Store(0)
+				c.lagNano.Store(0)
+				select {
+				case <-ctx.Done():
+				case <-time.After(min(max(c.cfg.Poll, c.cfg.Settle), s.Lease()/4)):
+				}
+				continue
+			}
+		}
 		if c.deps.Redis && c.cfg.Enabled {
+			lastAdopt = now
 			id, err := c.adopt(ctx, s, adopted)
 			switch {
 			case err == nil:
@@ -327,6 +358,7 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 		if full {
 			continue // a burst: go on at once
 		}
+		quiet = backfillAfter < 0 && w.idle()
 		select {
 		case <-ctx.Done():
 		case <-time.After(min(c.cfg.Poll, s.Lease()/4)):
@@ -444,6 +476,21 @@ type listing struct {
 	numbers  []cache.Key
 	hard     bool // a visibility change or a deletion
 	replayed bool // every record is a replay
+	created  bool // every record is the listing's creation: see firstVersion
+}
+
+// firstVersion reports whether ch records a listing's first version: an
+// insert of revision 1, visible before in no form. Any update raises the
+// revision above the old one, and a row inserted under the id of a removed
+// one continues above its last revision (the triggers see to both), so
+// revision 1 is the first row under its id. No edge can hold a copy of it
+// that needs a purge: no earlier version of the id existed, an edge never
+// stores a 404 (problem answers are no-store, and the shipped VCL stores
+// no status of 300 or more), and a number that a removed row left was
+// purged under that row's id when it was removed. A bulk import of new
+// listings therefore sends the CDN nothing.
+func firstVersion(ch upstream.Change) bool {
+	return ch.Revision == 1 && !ch.VisibleBefore && !ch.Deleted && !ch.Moved()
 }
 
 func merge(changes []upstream.Change) []*listing {
@@ -452,7 +499,7 @@ func merge(changes []upstream.Change) []*listing {
 	for _, ch := range changes {
 		l := byID[ch.ListingID]
 		if l == nil {
-			l = &listing{id: ch.ListingID, replayed: true}
+			l = &listing{id: ch.ListingID, replayed: true, created: true}
 			byID[ch.ListingID] = l
 			order = append(order, l)
 		}
@@ -465,6 +512,7 @@ func merge(changes []upstream.Change) []*listing {
 		}
 		l.hard = l.hard || ch.Deleted || ch.VisibleBefore != ch.VisibleAfter
 		l.replayed = l.replayed && ch.Replayed
+		l.created = l.created && firstVersion(ch)
 	}
 	return order
 }
@@ -504,7 +552,10 @@ func (w *worker) apply(ctx context.Context, changes []upstream.Change) error {
 			failed++
 			continue
 		}
-		if l.replayed || w.deps.Purger == nil {
+		if l.replayed || l.created || w.deps.Purger == nil {
+			if l.created && !l.replayed && w.deps.Purger != nil {
+				w.unpurged.Add(1)
+			}
 			done = append(done, l.seqs...)
 			continue
 		}
@@ -560,6 +611,13 @@ func (w *worker) purge(ctx context.Context, hard bool, id int64, seqs []int64) {
 			}
 		}
 	}, w.deps.Keys(id)...)
+}
+
+// idle reports whether no purge is under way or waits to be marked.
+func (w *worker) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.inflight) == 0 && len(w.purged) == 0
 }
 
 // collectPurged marks done the records whose purges ended.

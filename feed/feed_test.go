@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -282,5 +283,71 @@ func TestConsumerKeepsBodies(t *testing.T) {
 	var body []byte
 	if err := f.raw.QueryRow(`SELECT body FROM listings WHERE deleted`).Scan(&body); err != nil || body != nil {
 		t.Fatalf("deleted listing's body %q, %v; want none", body, err)
+	}
+}
+
+// TestConsumerImportSendsNoPurges: an import of new listings reaches the
+// caches (a cached absence of one of them is replaced) and sends the CDN
+// nothing, since no edge has seen a version of them; their first update
+// is purged as any is.
+func TestConsumerImportSendsNoPurges(t *testing.T) {
+	const n = 1200 // more than a batch of the consumer
+	f := newFixture(t)
+	ctx := context.Background()
+	p := &purges{}
+	cfg := fastConfig()
+	cfg.Batch = 500
+	c := f.consumer(t, cfg, p)
+	testenv.WaitFor(t, func() bool { return f.count(t, "done_at IS NULL") == 0 }) // the fixture's own
+	before := len(p.seen())
+	next := f.listing.ID + 1
+	if _, err := f.cache.Get(ctx, cache.ByID(next)); !errors.Is(err, upstream.ErrNotFound) { // a cached absence
+		t.Fatalf("Get(%d) before the import: %v; want ErrNotFound", next, err)
+	}
+	ls := make([]upstream.Listing, n)
+	for i := range ls {
+		ls[i] = upstream.Listing{Title: "imported", FirmID: f.listing.FirmID, FirmUserID: f.listing.FirmUserID, IsActive: true}
+	}
+	stored, err := f.store.ImportListings(ctx, ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, func() bool { return f.count(t, "done_at IS NULL") == 0 })
+	if _, err := f.cache.Get(ctx, cache.ByID(next)); err != nil {
+		t.Fatalf("Get(%d) after the feed applied the import: %v", next, err)
+	}
+	if got := p.seen()[before:]; len(got) != 0 {
+		t.Fatalf("the import sent %d purges (%q...); want none", len(got), got[0])
+	}
+	if got := c.Stats().Unpurged; got < n {
+		t.Fatalf("Stats().Unpurged = %d; want at least %d", got, n)
+	}
+	if _, err := f.raw.Exec(`UPDATE listings SET document = replace(document, 'imported', 'edited') WHERE id = ?`, stored[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	want := "soft realty-" + itoa(stored[0].ID)
+	testenv.WaitFor(t, func() bool { return slices.Contains(p.seen(), want) })
+}
+
+func TestFirstVersion(t *testing.T) {
+	tests := []struct {
+		name string
+		give upstream.Change
+		want bool
+	}{
+		{"insert", upstream.Change{Revision: 1, VisibleAfter: true}, true},
+		{"passive insert", upstream.Change{Revision: 1}, true},
+		{"update", upstream.Change{Revision: 2, VisibleBefore: true, VisibleAfter: true}, false},
+		{"made visible", upstream.Change{Revision: 2, VisibleAfter: true}, false},
+		{"insert over a removed id", upstream.Change{Revision: 4, VisibleAfter: true}, false},
+		{"deleted", upstream.Change{Revision: 1, Deleted: true}, false},
+		{"moved", upstream.Change{Revision: 1, OldFirmID: 1, OldNo: 2, VisibleAfter: true}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := firstVersion(tt.give); got != tt.want {
+				t.Fatalf("firstVersion(%+v) = %v; want %v", tt.give, got, tt.want)
+			}
+		})
 	}
 }

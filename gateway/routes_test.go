@@ -17,6 +17,9 @@ func TestEveryRouteHasMetricSeries(t *testing.T) {
 		if !slices.Contains(metrics.RouteLabels(), r.Path) {
 			t.Errorf("route %s %s has no series of its own in metrics.RouteLabels", r.Method, r.Path)
 		}
+		if !metrics.ServedMethods(r.Path, r.Method) {
+			t.Errorf("route %s %s: its series do not exist from the start (metrics.ServedMethods)", r.Method, r.Path)
+		}
 	}
 }
 

@@ -53,8 +53,16 @@ func New() *Metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"op", "outcome"}),
 	}
-	for _, reason := range AuthFailureReasons() { // every series exists from the start, at 0
+	// Every series that a panel or an alert may name exists from the
+	// start, at 0: a panel has data, and rate() sees the first events.
+	for _, reason := range AuthFailureReasons() {
 		m.authFails.WithLabelValues(reason)
+	}
+	for _, outcome := range LoginOutcomes() {
+		m.logins.WithLabelValues(outcome)
+	}
+	for _, limit := range RateLimits() {
+		m.rejections.WithLabelValues(limit)
 	}
 	reg.MustRegister(m.requests, m.logins, m.rejections, m.authFails, m.store, m.storeTime)
 	return m
@@ -70,6 +78,29 @@ func (m *Metrics) Handler() http.Handler {
 // one of methodLabels, else "OTHER".
 func (m *Metrics) Request(route, method string, code int, d time.Duration) {
 	m.requests.observe(route, method, code, d)
+}
+
+// LoginOutcomes are the outcome label values of gateway_logins_total.
+func LoginOutcomes() []string {
+	return []string{"ok", "bad_credentials", "limited", "unavailable", "bad_request"}
+}
+
+// RateLimits are the limit label values of
+// gateway_ratelimit_rejections_total: the login limits.
+func RateLimits() []string { return []string{"ip", "key", "account", "unknown_keys"} }
+
+// StoreOutcomes are the outcome label values of the store's series.
+func StoreOutcomes() []string { return []string{"ok", "not_found", "error", "rejected"} }
+
+// StoreOps creates the store's series of these operations, for every
+// outcome, at 0.
+func (m *Metrics) StoreOps(ops []string) {
+	for _, op := range ops {
+		for _, outcome := range StoreOutcomes() {
+			m.store.WithLabelValues(op, outcome)
+			m.storeTime.WithLabelValues(op, outcome)
+		}
+	}
 }
 
 // Login counts a login by outcome.

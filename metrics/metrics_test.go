@@ -37,8 +37,50 @@ func TestRequestSeries(t *testing.T) {
 			t.Errorf("no line %s", want)
 		}
 	}
-	if strings.Contains(string(body), `method="POST"`) {
-		t.Error("a series without requests is exported")
+	// A route's served methods have their 5xx series and histogram from
+	// the start; a method it does not serve has none.
+	for _, want := range []string{
+		`gateway_http_requests_total{code="500",method="POST",route="/auth/login"} 0`,
+		`gateway_http_requests_total{code="503",method="HEAD",route="/realty/:ref"} 0`,
+		`gateway_http_request_duration_seconds_count{method="DELETE",route="/realty/:ref"} 0`,
+	} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("no line %s", want)
+		}
+	}
+	for _, unwanted := range []string{`method="POST",route="/realty/:ref"`, `code="200",method="POST"`, `method="PUT",route="other"`} {
+		if strings.Contains(string(body), unwanted) {
+			t.Errorf("a series without requests is exported: %s", unwanted)
+		}
+	}
+}
+
+// TestSeriesExistFromTheStart: the labelled series of logins, rate-limit
+// rejections, refused tokens and store calls exist at 0 before any event.
+func TestSeriesExistFromTheStart(t *testing.T) {
+	m := New()
+	m.StoreOps([]string{"listing_by_id"})
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	var want []string
+	for _, l := range RateLimits() {
+		want = append(want, `gateway_ratelimit_rejections_total{limit="`+l+`"} 0`)
+	}
+	for _, o := range LoginOutcomes() {
+		want = append(want, `gateway_logins_total{outcome="`+o+`"} 0`)
+	}
+	for _, r := range AuthFailureReasons() {
+		want = append(want, `gateway_auth_failures_total{reason="`+r+`"} 0`)
+	}
+	for _, o := range StoreOutcomes() {
+		want = append(want, `gateway_store_requests_total{op="listing_by_id",outcome="`+o+`"} 0`,
+			`gateway_store_request_duration_seconds_count{op="listing_by_id",outcome="`+o+`"} 0`)
+	}
+	for _, w := range want {
+		if !strings.Contains(string(body), w+"\n") {
+			t.Errorf("no line %s", w)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ type requests struct {
 	bounds                  [nBounds]float64 // seconds
 	boundNanos              [nBounds]int64
 	series                  [nRoutes * nMethods]requestSeries
+	served                  [nRoutes * nMethods]bool // exported at 0 too
 }
 
 const (
@@ -38,6 +40,27 @@ func routeLabels() [nRoutes]string {
 
 func methodLabels() [nMethods]string {
 	return [...]string{"GET", "POST", "PUT", "DELETE", "HEAD", "OTHER"}
+}
+
+// servedMethods are the methods each route serves: their series exist
+// from the start, at 0 (zeroCodes for the counter, and the histogram), so
+// that a panel or an alert that names them has data and rate() sees the
+// first errors.
+func servedMethods() map[string][]string {
+	return map[string][]string{
+		"/realty/:ref": {"GET", "HEAD", "PUT", "DELETE"}, "/auth/login": {"POST"},
+		"/realty": {"POST"}, "/openapi.yaml": {"GET", "HEAD"},
+	}
+}
+
+// zeroCodes are the status codes whose series a served route and method
+// has from the start: the 5xx the gateway answers (problem.go).
+var zeroCodes = [...]int{500, 503}
+
+// ServedMethods reports whether the series of route and method exist from
+// the start: every route and method the gateway serves must.
+func ServedMethods(route, method string) bool {
+	return slices.Contains(servedMethods()[route], method)
 }
 
 // durationBounds are the histogram's upper bounds, in seconds.
@@ -60,6 +83,11 @@ func newRequests() *requests {
 	}
 	for i, b := range r.bounds {
 		r.boundNanos[i] = int64(b * float64(time.Second))
+	}
+	for route, methods := range servedMethods() {
+		for _, method := range methods {
+			r.served[indexOf(r.routes[:], route)*nMethods+indexOf(r.methods[:], method)] = true
+		}
 	}
 	return r
 }
@@ -98,7 +126,7 @@ func (r *requests) Collect(ch chan<- prometheus.Metric) {
 		se := &r.series[i]
 		route, method := r.routes[i/nMethods], r.methods[i%nMethods]
 		for code := range se.codes {
-			if n := se.codes[code].Load(); n > 0 {
+			if n := se.codes[code].Load(); n > 0 || r.served[i] && slices.Contains(zeroCodes[:], code) {
 				label := strconv.Itoa(code)
 				if code == 0 {
 					label = "other"
@@ -114,7 +142,7 @@ func (r *requests) Collect(ch chan<- prometheus.Metric) {
 				cumulative[r.bounds[b]] = count
 			}
 		}
-		if count > 0 {
+		if count > 0 || r.served[i] {
 			sum := float64(se.sumNanos.Load()) / float64(time.Second)
 			ch <- prometheus.MustNewConstHistogram(r.durationDesc, count, sum, cumulative, route, method)
 		}

@@ -135,9 +135,14 @@ type Keeper struct {
 // revocations; every gateway does, and a prune is idempotent.
 const pruneEvery = 10 * time.Minute
 
-// healthEvery is how often a quiet subscription is pinged; one silent for
-// two of these is taken as lost.
-const healthEvery = time.Second
+// pingEvery is how long a subscription may be quiet before it is pinged;
+// one whose ping is not answered within two healthEvery is taken as lost.
+// The store's poll bounds a revocation's delay meanwhile, so the ping only
+// finds a lost subscription before the next announcement is missed.
+const (
+	healthEvery = time.Second
+	pingEvery   = 30 * time.Second
+)
 
 // NewKeeper returns a Keeper of deps.Set that reads deps.Source and, when
 // deps.Redis is not nil, listens on Redis.
@@ -277,6 +282,7 @@ func (k *Keeper) listen(ctx context.Context) {
 // silent, and says whether it was confirmed meanwhile.
 func (k *Keeper) receive(ctx context.Context, ps *redis.PubSub) (subscribed bool, err error) {
 	heard := time.Now()
+	var pinged time.Time // when the ping not answered yet went out
 	for ctx.Err() == nil {
 		// go-redis does not end a blocked read when ctx ends, so reads are
 		// short and ctx is checked between them.
@@ -286,18 +292,23 @@ func (k *Keeper) receive(ctx context.Context, ps *redis.PubSub) (subscribed bool
 			if !errors.As(err, &ne) || !ne.Timeout() {
 				return subscribed, err
 			}
-			if time.Since(heard) > 2*healthEvery {
-				return subscribed, errors.New("subscription silent")
-			}
-			pctx, cancel := context.WithTimeout(ctx, k.deps.RedisTimeout)
-			err = ps.Ping(pctx)
-			cancel()
-			if err != nil {
-				return subscribed, err
+			switch now := time.Now(); {
+			case !pinged.IsZero():
+				if now.Sub(pinged) > 2*healthEvery {
+					return subscribed, errors.New("subscription silent")
+				}
+			case now.Sub(heard) >= pingEvery:
+				pctx, cancel := context.WithTimeout(ctx, k.deps.RedisTimeout)
+				err = ps.Ping(pctx)
+				cancel()
+				if err != nil {
+					return subscribed, err
+				}
+				pinged = now
 			}
 			continue
 		}
-		heard = time.Now()
+		heard, pinged = time.Now(), time.Time{}
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {

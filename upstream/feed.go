@@ -120,6 +120,11 @@ type FeedSession interface {
 	// replay is marked not applied, in the same transaction, so that it is
 	// applied to the new Redis; it returns how many.
 	Adopt(ctx context.Context, redisIdentity string, replay time.Duration) (int64, error)
+	// Undone reports whether any change is not done yet (not applied, or
+	// its purge not acknowledged). It is the idle consumer's poll: a read
+	// that costs the store next to nothing while the feed is idle, and
+	// proves the hold as Renew does.
+	Undone(ctx context.Context) (bool, error)
 	// Backlog counts the changes not yet applied and how long ago the
 	// oldest was made, by the database's clock.
 	Backlog(ctx context.Context) (rows int64, lag time.Duration, err error)

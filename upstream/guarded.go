@@ -27,6 +27,12 @@ type Guarded struct {
 	tracer  trace.Tracer // nil: no spans
 }
 
+// GuardedOps are the operation names that Guarded reports to Observe.
+func GuardedOps() []string {
+	return []string{"listing_by_id", "listing_by_number", "firm_by_key", "user_by_email", "import_listings",
+		"update_listing", "delete_listing", "revocations", "prune_revocations"}
+}
+
 // GuardedDeps are a Guarded's collaborators.
 type GuardedDeps struct {
 	Log *slog.Logger

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -487,5 +490,23 @@ func TestGuardedReportsEachCallToItsObserver(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != "listing_by_id error" {
 		t.Fatalf("observed %q; want [listing_by_id error]", got)
+	}
+}
+
+// TestGuardedOpsListsEveryOp: every operation guarded.go reports is in
+// GuardedOps, whose series exist from the start.
+func TestGuardedOpsListsEveryOp(t *testing.T) {
+	src, err := os.ReadFile("guarded.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := regexp.MustCompile(`guard\(ctx, g, "([a-z_]+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(calls) < len(upstream.GuardedOps()) {
+		t.Fatalf("found %d guarded calls, fewer than the %d ops", len(calls), len(upstream.GuardedOps()))
+	}
+	for _, c := range calls {
+		if !slices.Contains(upstream.GuardedOps(), c[1]) {
+			t.Errorf("op %q is not in GuardedOps", c[1])
+		}
 	}
 }

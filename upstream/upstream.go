@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"time"
@@ -226,6 +227,17 @@ func (e *ImportError) Error() string {
 }
 
 func (e *ImportError) Unwrap() error { return e.Err }
+
+// StreamImporter is a Store that imports a stream of listings: as
+// ImportListings, all or none in one transaction, but read from next a
+// batch at a time and handed to stored, when set, a batch at a time as
+// written (before the commit), so that a file of any length takes the
+// memory of one batch. An error of next ends the import and is returned as
+// it is. It returns how many listings it stored. Both SQL engines are
+// StreamImporters.
+type StreamImporter interface {
+	ImportStream(ctx context.Context, next iter.Seq2[Listing, error], stored func([]Listing) error) (int, error)
+}
 
 // Store is the contract of a storage engine. Every engine passes the
 // conformance suite in package storetest.

@@ -89,7 +89,7 @@ func (l *lab) prepare(ctx context.Context) error {
 		return err
 	}
 	switch {
-	case l.opts.feed: // feedBench starts its own gateways
+	case l.opts.feed, l.opts.importBench: // they start their own gateways
 		return nil
 	case l.opts.cases:
 		return l.startAll(ctx, false)

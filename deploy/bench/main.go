@@ -12,6 +12,7 @@
 //	go run ./deploy/bench -longtail -db bench_longtail  # the long tail alone, keeping its 1,000,000 listings
 //	go run ./deploy/bench -memory
 //	go run ./deploy/bench -feed -listings 10000  # the change feed's cost to writers (feed.go)
+//	go run ./deploy/bench -import                # listing import: listings/s, peak RSS, the drain into a fleet (import.go)
 //	go run ./deploy/bench -release -reps 6 -duration 10s  # this tree against 5aa46a5 on the hot hit (against.go), about 9 minutes
 //	go run ./deploy/bench -against REV -profile  # against another commit (HEAD: A/B of uncommitted changes), with profiles
 //
@@ -85,6 +86,11 @@ func main() {
 	flag.BoolVar(&opts.feed, "feed", false, "measure the change feed's cost to writers instead (see feed.go)")
 	flag.DurationVar(&opts.feedDuration, "feed-duration", 30*time.Second, "with -feed: length of one run of writers")
 	flag.IntVar(&opts.writers, "feed-writers", 8, "with -feed: concurrent SQL writers")
+	flag.BoolVar(&opts.idle, "idle", false, "measure idle gateways' CPU and store writes instead (idle.go)")
+	flag.DurationVar(&opts.idleDuration, "idle-duration", 20*time.Second, "with -idle: length of one measurement")
+	flag.BoolVar(&opts.importBench, "import", false, "measure `gateway listing import` instead: listings/s on both stores, peak RSS, the drain into a running fleet (import.go)")
+	flag.IntVar(&opts.importListings, "import-listings", 100_000, "with -import: listings per import")
+	flag.IntVar(&opts.importLarge, "import-large", 0, "with -import: also import this many into PostgreSQL, for the peak RSS (0: none)")
 	flag.BoolVar(&opts.cases, "cases", false, "run the interleaved comparison (main run, scaling, pinned)")
 	flag.BoolVar(&opts.miss, "miss", false, "run the store-miss cases with their CPU split and profiles")
 	flag.BoolVar(&opts.longtail, "longtail", false, "run gateway-longtail against naive-longtail")
@@ -118,7 +124,7 @@ func main() {
 			opts.profileSet = true
 		}
 	})
-	if !opts.cases && !opts.miss && !opts.longtail && !opts.memory && !opts.codings {
+	if !opts.importBench && !opts.cases && !opts.miss && !opts.longtail && !opts.memory && !opts.codings {
 		opts.cases, opts.miss, opts.longtail, opts.memory = true, true, true, true
 	}
 	if opts.zipfS <= 1 {
@@ -137,6 +143,9 @@ type options struct {
 	out                   string
 	skipPinned            bool
 	feed                  bool
+	importBench           bool
+	importListings        int
+	importLarge           int
 	feedDuration          time.Duration
 	writers               int
 	// the parts to run
@@ -148,13 +157,15 @@ type options struct {
 	profile                                bool
 	profileSet                             bool // -profile given: -release profiles only then
 	db                                     string
+	idle                                   bool
+	idleDuration                           time.Duration
 	// release compares this tree with the commit against (against.go).
 	release bool
 	against string
 }
 
 func run(ctx context.Context, opts options) error {
-	if err := ensureTools(opts.cases && !opts.feed && !opts.release); err != nil {
+	if err := ensureTools(opts.cases && !opts.feed && !opts.release && !opts.idle && !opts.importBench); err != nil {
 		return err
 	}
 	root, err := gatewaytest.ModuleRoot()
@@ -175,10 +186,14 @@ func run(ctx context.Context, opts options) error {
 	switch {
 	case opts.release: // two labs of its own
 		measure = func(ctx context.Context) (string, error) { return releaseBench(ctx, opts, root, work) }
+	case opts.idle: // a lab of its own
+		measure = func(ctx context.Context) (string, error) { return idleBench(ctx, opts, root, work) }
 	case opts.feed:
 		measure = lab.feedBench
+	case opts.importBench:
+		measure = lab.importBench
 	}
-	if !opts.release {
+	if !opts.release && !opts.idle {
 		if err := lab.prepare(ctx); err != nil {
 			return err
 		}

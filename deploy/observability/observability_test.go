@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -192,41 +193,213 @@ func usedMetrics(t *testing.T) (uses map[string][]string, recorded map[string]bo
 	return uses, recorded
 }
 
+// usedSelectors returns, for each expression of the rules and the
+// dashboard, where it is and its selectors.
+func usedSelectors(t *testing.T) map[string][]selector {
+	t.Helper()
+	exprs := map[string]string{}
+	for i, r := range readRules(t) {
+		exprs[fmt.Sprintf("alerts.yaml rule %d (%s%s)", i, r.Alert, r.Record)] = r.Expr
+	}
+	maps.Copy(exprs, dashboardQueries(t, readDashboard(t)))
+	out := map[string][]selector{}
+	for where, expr := range exprs {
+		sels, err := selectors(expr)
+		if err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+		out[where] = sels
+	}
+	return out
+}
+
 // TestRulesAndDashboardUseExistingMetrics runs a gateway on Redis with a
-// CDN purge API, drives a login, a limited login, a view and a write
-// through it, scrapes /metrics, and fails for every metric name that a rule
-// or a panel uses and the gateway does not export (a histogram's _bucket,
-// _sum and _count count as exported with it; recording rules' names as
-// recorded).
+// CDN purge API. Fresh, before any request, its /metrics must hold every
+// series that a rule or a panel names: a panel without it shows "No data",
+// and rate() misses the first events. Then it drives a login, a limited
+// login, a view and a write through it, scrapes /metrics again, and fails
+// for every metric name that a rule or a panel uses and the gateway does
+// not export (a histogram's _bucket, _sum and _count count as exported
+// with it; recording rules' names as recorded).
 func TestRulesAndDashboardUseExistingMetrics(t *testing.T) {
 	uses, recorded := usedMetrics(t)
-	exported := scrapeLiveGateway(t)
+	fresh, exercised := scrapeLiveGateway(t)
 
-	var all []string
-	for where, names := range uses {
-		for _, name := range names {
-			all = append(all, name)
-			if !exported[name] && !recorded[name] && !synthetic[name] {
-				t.Errorf("%s uses %s, which the running gateway does not export", where, name)
+	t.Run("exported", func(t *testing.T) {
+		var all []string
+		for where, names := range uses {
+			for _, name := range names {
+				all = append(all, name)
+				if !exercised.names[name] && !recorded[name] && !synthetic[name] {
+					t.Errorf("%s uses %s, which the running gateway does not export", where, name)
+				}
+			}
+		}
+		// The check cannot pass by reading nothing.
+		for _, name := range []string{"gateway_http_requests_total", "gateway_http_request_duration_seconds_bucket",
+			"gateway_breaker_state", "gateway_cache_requests_total", "go_memstats_heap_inuse_bytes"} {
+			if !slices.Contains(all, name) {
+				t.Errorf("no rule or panel uses %s: the extraction misses names", name)
+			}
+		}
+		slices.Sort(all)
+		all = slices.Compact(all)
+		t.Logf("%d metric names used: %q", len(all), all)
+	})
+	t.Run("fresh", func(t *testing.T) {
+		checkFresh(t, usedSelectors(t), fresh, exercised, recorded)
+	})
+}
+
+// targetLabels are the labels that Prometheus adds to every series it
+// scrapes; openLabels take values that no gateway can list in advance (a
+// selector that names one of their values is still checked).
+var (
+	targetLabels = map[string]bool{"instance": true, "job": true}
+	openLabels   = map[string]bool{"code": true, "le": true, "quantile": true}
+)
+
+// withoutRedis are series that a selector names for a gateway without
+// Redis, which the test's gateway (with Redis) does not have: there the
+// local tier answers the negative entries too.
+var withoutRedis = map[string]bool{`gateway_cache_requests_total{tier="local",result="negative"}`: true}
+
+// literals matches a regular expression that is an alternation of
+// literal values, which a matcher names each of.
+var literals = regexp.MustCompile(`^[A-Za-z0-9_/:.\-]+(\|[A-Za-z0-9_/:.\-]+)*$`)
+
+// checkFresh fails for every series of the gateway's that a selector
+// names and the fresh gateway lacks: each selector (without the target's
+// labels) must match a fresh series, once for each value of a matcher
+// that lists values ("GET|HEAD"); and every label value that the exercised
+// gateway shows on a named metric must be on the fresh one, but for open
+// labels.
+func checkFresh(t *testing.T, used map[string][]selector, fresh, exercised scrape, recorded map[string]bool) {
+	named := map[string]bool{}
+	checked := 0
+	for _, where := range slices.Sorted(maps.Keys(used)) {
+		for _, sel := range used[where] {
+			if recorded[sel.name] || synthetic[sel.name] {
+				continue
+			}
+			named[sel.name] = true
+			var ms []matcher
+			for _, m := range sel.matchers {
+				if !targetLabels[m.label] {
+					ms = append(ms, m)
+				}
+			}
+			for _, want := range expand(ms) {
+				if withoutRedis[sel.name+fmtMatchers(want)] {
+					continue
+				}
+				checked++
+				if !slices.ContainsFunc(fresh.series[sel.name], func(labels map[string]string) bool { return matches(t, labels, want) }) {
+					t.Errorf("%s names %s%s, which a fresh gateway does not export: create it at 0 from the start", where, sel.name, fmtMatchers(want))
+				}
+			}
+		}
+	}
+	for name := range named {
+		for label, values := range valuesByLabel(exercised.series[name]) {
+			if openLabels[label] {
+				continue
+			}
+			had := valuesByLabel(fresh.series[name])[label]
+			for v := range values {
+				checked++
+				if !had[v] {
+					t.Errorf("%s{%s=%q} appears once used; a panel or an alert names it: create it at 0 from the start", name, label, v)
+				}
 			}
 		}
 	}
 	// The check cannot pass by reading nothing.
-	for _, name := range []string{"gateway_http_requests_total", "gateway_http_request_duration_seconds_bucket",
-		"gateway_breaker_state", "gateway_cache_requests_total", "go_memstats_heap_inuse_bytes"} {
-		if !slices.Contains(all, name) {
-			t.Errorf("no rule or panel uses %s: the extraction misses names", name)
+	for _, s := range []string{"gateway_ratelimit_rejections_total", "gateway_auth_failures_total", "gateway_logins_total",
+		"gateway_store_requests_total", "gateway_http_request_duration_seconds_bucket"} {
+		if !named[s] {
+			t.Errorf("no rule or panel names %s: the extraction misses selectors", s)
 		}
 	}
-	slices.Sort(all)
-	all = slices.Compact(all)
-	t.Logf("%d metric names used: %q", len(all), all)
+	t.Logf("%d series checked on the fresh gateway", checked)
 }
 
-// scrapeLiveGateway starts the gateway with every optional part on, makes
-// the series that appear only once used exist, and returns the names on
-// its /metrics.
-func scrapeLiveGateway(t *testing.T) map[string]bool {
+// expand returns ms once for each combination of the values of its
+// matchers that list values.
+func expand(ms []matcher) [][]matcher {
+	out := [][]matcher{nil}
+	for _, m := range ms {
+		values := []string{m.value}
+		if m.op == "=~" && literals.MatchString(m.value) {
+			values = strings.Split(m.value, "|")
+		}
+		var next [][]matcher
+		for _, prefix := range out {
+			for _, v := range values {
+				op := m.op
+				if len(values) > 1 {
+					op = "="
+				}
+				next = append(next, append(slices.Clone(prefix), matcher{label: m.label, op: op, value: v}))
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+// fmtMatchers writes matchers as PromQL does.
+func fmtMatchers(ms []matcher) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = m.label + m.op + strconv.Quote(m.value)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// matches reports whether a series' labels satisfy every matcher.
+func matches(t *testing.T, labels map[string]string, ms []matcher) bool {
+	t.Helper()
+	for _, m := range ms {
+		v := labels[m.label]
+		var ok bool
+		switch m.op {
+		case "=":
+			ok = v == m.value
+		case "!=":
+			ok = v != m.value
+		case "=~", "!~":
+			re, err := regexp.Compile("^(?:" + m.value + ")$")
+			if err != nil {
+				t.Fatalf("matcher %v: %v", m, err)
+			}
+			ok = re.MatchString(v) == (m.op == "=~")
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// valuesByLabel returns the values of each label across series.
+func valuesByLabel(series []map[string]string) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, labels := range series {
+		for l, v := range labels {
+			if out[l] == nil {
+				out[l] = map[string]bool{}
+			}
+			out[l][v] = true
+		}
+	}
+	return out
+}
+
+// scrapeLiveGateway starts the gateway with every optional part on and
+// scrapes its /metrics fresh, then again once a login, a refused login, a
+// limited login, a write and a view went through it.
+func scrapeLiveGateway(t *testing.T) (fresh, exercised scrape) {
 	t.Helper()
 	redisAddr := testenv.RedisAddr(t)
 	bin, err := gatewaytest.Build(t.TempDir())
@@ -255,6 +428,7 @@ func scrapeLiveGateway(t *testing.T) map[string]bool {
 	gatewaytest.Admin(t, bin, env, "correct-horse-battery\n", "user", "add", "--firm", fmt.Sprint(firm["firmId"]),
 		"--email", "agent@observed.example", "--password-stdin")
 	p := gatewaytest.Start(t, bin, env)
+	fresh = scrapeMetrics(t, p.AdminBase+"/metrics")
 
 	send := func(method, path, token, body string) (int, []byte) {
 		t.Helper()
@@ -302,19 +476,34 @@ func scrapeLiveGateway(t *testing.T) map[string]bool {
 		t.Fatalf("view: %d %s", code, body)
 	}
 
-	resp, err := http.Get(p.AdminBase + "/metrics")
+	return fresh, scrapeMetrics(t, p.AdminBase+"/metrics")
+}
+
+// scrape is what /metrics held: the names exported (for each histogram or
+// summary the names of its series too), and each sample's labels by name.
+type scrape struct {
+	names  map[string]bool
+	series map[string][]map[string]string
+}
+
+func scrapeMetrics(t *testing.T, url string) scrape {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	return exportedNames(t, resp.Body)
+	return readExposition(t, resp.Body)
 }
 
-// exportedNames reads the Prometheus text format: every sample's name,
-// and for each histogram or summary the names of its series.
-func exportedNames(t *testing.T, r io.Reader) map[string]bool {
+// sampleLabel is one label of a sample line.
+var sampleLabel = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+
+// readExposition reads the Prometheus text format.
+func readExposition(t *testing.T, r io.Reader) scrape {
 	t.Helper()
 	names := map[string]bool{}
+	series := map[string][]map[string]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -336,14 +525,24 @@ func exportedNames(t *testing.T, r io.Reader) map[string]bool {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if i := strings.IndexAny(line, "{ "); i > 0 {
-			names[line[:i]] = true
+		i := strings.IndexAny(line, "{ ")
+		if i <= 0 {
+			t.Fatalf("/metrics: %q", line)
 		}
+		name, labels := line[:i], map[string]string{}
+		names[name] = true
+		if line[i] == '{' {
+			end := strings.LastIndexByte(line, '}')
+			for _, m := range sampleLabel.FindAllStringSubmatch(line[i+1:end], -1) {
+				labels[m[1]] = m[2]
+			}
+		}
+		series[name] = append(series[name], labels)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return names
+	return scrape{names: names, series: series}
 }
 
 // promtool returns promtool's path; without it the test skips, or fails

@@ -3,7 +3,10 @@ package observability_test
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -25,7 +28,58 @@ var (
 // durations. A selector by __name__ is an error: its name cannot be
 // checked.
 func metricNames(expr string) ([]string, error) {
-	var names []string
+	sels, err := selectors(expr)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(sels))
+	for i, sel := range sels {
+		names[i] = sel.name
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// selector is a metric name and its label matchers.
+type selector struct {
+	name     string
+	matchers []matcher
+}
+
+// matcher is one label matcher: op is =, !=, =~ or !~.
+type matcher struct {
+	label, op, value string
+}
+
+// matcherRE is one matcher inside {…}, with its separating comma.
+var matcherRE = regexp.MustCompile(`^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|` + "`[^`]*`" + `)\s*(?:,|$)`)
+
+// parseMatchers reads the inside of a selector's braces.
+func parseMatchers(inside string) ([]matcher, error) {
+	var out []matcher
+	for rest := inside; strings.TrimSpace(rest) != ""; {
+		m := matcherRE.FindStringSubmatch(rest)
+		if m == nil {
+			return nil, fmt.Errorf("matchers %q: cannot read %q", inside, rest)
+		}
+		quoted := m[3]
+		if quoted[0] == '\'' {
+			quoted = `"` + strings.ReplaceAll(quoted[1:len(quoted)-1], `"`, `\"`) + `"`
+		}
+		value, err := strconv.Unquote(quoted)
+		if err != nil {
+			return nil, fmt.Errorf("matchers %q: %w", inside, err)
+		}
+		out = append(out, matcher{label: m[1], op: m[2], value: value})
+		rest = rest[len(m[0]):]
+	}
+	return out, nil
+}
+
+// selectors returns the metric selectors of a PromQL expression, in
+// order; see metricNames for what is a name.
+func selectors(expr string) ([]selector, error) {
+	var sels []selector
 	s := expr
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -79,15 +133,29 @@ func metricNames(expr string) ([]string, error) {
 				j = end
 			case labelListKeywords[word], promqlKeywords[word], next == '(':
 			default:
-				names = append(names, word)
+				sel := selector{name: word}
+				if next == '{' {
+					end, err := endOfGroup(s, k, '{', '}')
+					if err != nil {
+						return nil, err
+					}
+					inside := s[k+1 : end-1]
+					if strings.Contains(inside, "__name__") {
+						return nil, fmt.Errorf("selector %s names the metric by __name__", s[k:end])
+					}
+					if sel.matchers, err = parseMatchers(inside); err != nil {
+						return nil, err
+					}
+					j = end
+				}
+				sels = append(sels, sel)
 			}
 			i = j
 		default:
 			i++
 		}
 	}
-	slices.Sort(names)
-	return slices.Compact(names), nil
+	return sels, nil
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
@@ -162,6 +230,31 @@ func TestMetricNames(t *testing.T) {
 	for _, bad := range []string{`{__name__=~"gateway_.+"}`, `sum(rate(x{a="b}[5m]))`, `sum(x{a="b"`} {
 		if got, err := metricNames(bad); err == nil {
 			t.Errorf("metricNames(%q) = %v, want an error", bad, got)
+		}
+	}
+}
+
+func TestSelectors(t *testing.T) {
+	tests := []struct {
+		expr string
+		want []selector
+	}{
+		{`up`, []selector{{name: "up"}}},
+		{`sum by (le) (rate(h_bucket{route="/realty/:ref", method=~"GET|HEAD",code!~'5..'}[5m])) / x {a!="b\"c"}`, []selector{
+			{name: "h_bucket", matchers: []matcher{{"route", "=", "/realty/:ref"}, {"method", "=~", "GET|HEAD"}, {"code", "!~", "5.."}}},
+			{name: "x", matchers: []matcher{{"a", "!=", `b"c`}}},
+		}},
+		{`a{} or b{c="}{",}`, []selector{{name: "a"}, {name: "b", matchers: []matcher{{"c", "=", "}{"}}}}},
+	}
+	for _, tt := range tests {
+		got, err := selectors(tt.expr)
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("selectors(%q) = %+v, %v; want %+v", tt.expr, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{`x{a}`, `x{a="b" c="d"}`, `x{a=b}`} {
+		if got, err := selectors(bad); err == nil {
+			t.Errorf("selectors(%q) = %+v, want an error", bad, got)
 		}
 	}
 }

@@ -1,12 +1,18 @@
 package commands
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/mattn/go-isatty"
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/internal/config"
@@ -14,57 +20,203 @@ import (
 )
 
 // ListingImport imports a JSON array of listings from a file or standard
-// input, through the cache, so that no gateway serves what it replaces.
-func ListingImport(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdin io.Reader, stdout io.Writer) error {
+// input, all or none, through the cache, so that no gateway serves a
+// cached absence of an imported listing. The file is read as a stream: the
+// command's memory does not grow with it. Where stderr is a terminal it
+// shows the progress there; stdout gets the one JSON line.
+func ListingImport(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) != 1 {
 		return UsageError("usage: gateway listing import FILE|-")
 	}
-	in := stdin
+	in := &countingReader{r: stdin}
 	if args[0] != "-" {
 		f, err := os.Open(args[0])
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		in = f
+		in.r = f
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			in.size = fi.Size()
+		}
 	}
-	ls, err := decodeImport(in)
-	if err != nil {
-		return fmt.Errorf("import: %w", err)
+	var show func(done int)
+	if terminal(stderr) {
+		p := &progress{w: stderr, in: in, began: time.Now()}
+		show = p.add
+		defer p.end()
 	}
 	return withStore(ctx, cfg, func(s upstream.Store) error {
 		return withCache(ctx, cfg, s, log, func(listings *cache.Cache) error {
-			stored, err := listings.Import(ctx, ls)
+			n, err := listings.ImportStream(ctx, importEntries(in), show)
 			if err != nil {
 				return fmt.Errorf("import: %w", err)
 			}
-			if n := listings.Stats().Incoherent; n > 0 {
-				return fmt.Errorf("imported %d listings, but %d cache keys could be neither written nor cleared; they expire within the negative TTL", len(stored), n)
+			if inc := listings.Stats().Incoherent; inc > 0 {
+				return fmt.Errorf("imported %d listings, but %d cache keys could be neither written nor cleared; they expire within the negative TTL", n, inc)
 			}
-			return printJSON(stdout, map[string]any{"imported": len(stored)})
+			return printJSON(stdout, map[string]any{"imported": n})
 		})
 	})
 }
 
-// decodeImport reads a JSON array of listings, each through the same
+// terminal reports whether w is a terminal.
+func terminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// importEntries reads a JSON array of listings, each through the same
 // decoding and validation as POST /realty, keeping the given id, firm,
-// user and dates.
-func decodeImport(r io.Reader) ([]upstream.Listing, error) {
-	var raws []json.RawMessage
-	if err := json.NewDecoder(r).Decode(&raws); err != nil {
-		return nil, fmt.Errorf("import file: want a JSON array of listings: %w", err)
+// user and dates, and yields them in file order. One goroutine reads the
+// entries in chunks of decodeChunk; the chunks are decoded in parallel, at
+// most decodeAhead of them ahead of the consumer, so that memory stays
+// flat. A malformed file or entry ends it with the error, an entry's
+// naming it as an *upstream.ImportError.
+func importEntries(r io.Reader) iter.Seq2[upstream.Listing, error] {
+	return func(yield func(upstream.Listing, error) bool) {
+		done := make(chan struct{})
+		defer close(done)
+		chunks := make(chan chan decoded, decodeAhead)
+		go readChunks(r, chunks, done)
+		for c := range chunks {
+			d := <-c
+			for _, l := range d.ls {
+				if !yield(l, nil) {
+					return
+				}
+			}
+			if d.err != nil {
+				yield(upstream.Listing{}, d.err)
+				return
+			}
+		}
 	}
-	ls := make([]upstream.Listing, len(raws))
+}
+
+// Decoding ahead of the store: entries per chunk, chunks in flight.
+const (
+	decodeChunk = 256
+	decodeAhead = 8
+)
+
+// decoded is a chunk's listings, and the error that ended the file there.
+type decoded struct {
+	ls  []upstream.Listing
+	err error
+}
+
+// readChunks splits the array into chunks of raw entries and starts the
+// decoding of each, handing out its result in file order.
+func readChunks(r io.Reader, out chan<- chan decoded, done <-chan struct{}) {
+	defer close(out)
+	send := func(d func() decoded) bool {
+		c := make(chan decoded, 1)
+		select {
+		case out <- c:
+		case <-done:
+			return false
+		}
+		go func() { c <- d() }()
+		return true
+	}
+	fail := func(err error) { send(func() decoded { return decoded{err: err} }) }
+	dec := json.NewDecoder(bufio.NewReaderSize(r, 1<<16))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		if err == nil {
+			err = fmt.Errorf("found %v", tok)
+		}
+		fail(fmt.Errorf("import file: want a JSON array of listings: %w", err))
+		return
+	}
+	for base := 0; dec.More(); base += decodeChunk {
+		raws := make([]json.RawMessage, 0, decodeChunk)
+		var err error
+		for len(raws) < decodeChunk && dec.More() {
+			var raw json.RawMessage
+			if err = dec.Decode(&raw); err != nil {
+				err = fmt.Errorf("import file: want a JSON array of listings: entry %d: %w", base+len(raws), err)
+				break
+			}
+			raws = append(raws, raw)
+		}
+		if !send(func() decoded { return decodeEntries(base, raws, err) }) || err != nil {
+			return
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		fail(fmt.Errorf("import file: want a JSON array of listings: %w", err))
+	}
+}
+
+// decodeEntries decodes the entries from index base on; err, when set,
+// follows them.
+func decodeEntries(base int, raws []json.RawMessage, err error) decoded {
+	ls := make([]upstream.Listing, 0, len(raws))
 	for i, raw := range raws {
-		l, err := upstream.DecodeListing(raw, true)
-		if err != nil {
+		l, derr := upstream.DecodeListing(raw, true)
+		if derr != nil {
 			var id struct {
 				ID int64 `json:"id"`
 			}
 			_ = json.Unmarshal(raw, &id)
-			return nil, &upstream.ImportError{Index: i, ID: id.ID, Err: err}
+			return decoded{ls: ls, err: &upstream.ImportError{Index: base + i, ID: id.ID, Err: derr}}
 		}
-		ls[i] = l
+		ls = append(ls, l)
 	}
-	return ls, nil
+	return decoded{ls: ls, err: err}
+}
+
+// countingReader counts the bytes read, for the progress.
+type countingReader struct {
+	r    io.Reader
+	n    atomic.Int64
+	size int64 // 0: unknown (a pipe)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// progress writes one line, redrawn in place, at most every
+// progressEvery: listings stored so far (before the commit), the rate, and
+// where the input's size is known the time left, from the share read.
+type progress struct {
+	w     io.Writer
+	in    *countingReader
+	began time.Time
+	shown time.Time
+	done  int
+}
+
+const progressEvery = 250 * time.Millisecond
+
+func (p *progress) add(n int) {
+	p.done += n
+	if now := time.Now(); now.Sub(p.shown) >= progressEvery {
+		p.shown = now
+		p.draw(now)
+	}
+}
+
+func (p *progress) draw(now time.Time) {
+	elapsed := now.Sub(p.began)
+	rate := float64(p.done) / max(elapsed.Seconds(), 1e-3)
+	line := fmt.Sprintf("\r%d listings, %.0f/s", p.done, rate)
+	if read := p.in.n.Load(); p.in.size > 0 && read > 0 {
+		share := min(float64(read)/float64(p.in.size), 1)
+		left := time.Duration(float64(elapsed) * (1 - share) / share).Round(time.Second)
+		line += fmt.Sprintf(", %.0f%%, %v left", 100*share, left)
+	}
+	fmt.Fprintf(p.w, "%s\x1b[K", line)
+}
+
+// end draws the last line and ends it.
+func (p *progress) end() {
+	if p.done > 0 {
+		p.draw(time.Now())
+		fmt.Fprintln(p.w)
+	}
 }

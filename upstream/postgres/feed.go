@@ -120,26 +120,6 @@ func unknownSetting(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42704"
 }
 
-func (s *Store) Position(ctx context.Context) (upstream.FeedPosition, error) {
-	return s.feed.Position(ctx)
-}
-
-func (s *Store) Unapplied(ctx context.Context, upTo int64, limit int) ([]upstream.Change, error) {
-	return s.feed.Unapplied(ctx, upTo, limit)
-}
-
-func (s *Store) CaughtUp(ctx context.Context, upTo int64) (bool, error) {
-	return s.feed.CaughtUp(ctx, upTo)
-}
-
-func (s *Store) Applied(ctx context.Context, listingID, revision int64) (bool, error) {
-	return s.feed.Applied(ctx, listingID, revision)
-}
-
-func (s *Store) Settle(ctx context.Context, redisIdentity string, versions []upstream.Settled) error {
-	return s.feed.Settle(ctx, redisIdentity, versions)
-}
-
 // connDB is one connection as sqlstore.FeedDB. Like the connection, it is
 // for one goroutine at a time.
 type connDB struct{ conn *pgx.Conn }

@@ -58,15 +58,18 @@ type Options struct {
 	Tracer pgx.QueryTracer
 }
 
-// Store is the PostgreSQL engine. Its methods but Ping and Close are
-// sqlstore.Store's.
+// Store is the PostgreSQL engine. Its methods but Ping, Close and Acquire
+// are sqlstore.Store's and sqlstore.Feed's.
 type Store struct {
 	*sqlstore.Store
-	feed *sqlstore.Feed
+	*sqlstore.Feed
 	pool *pgxpool.Pool
 }
 
-var _ upstream.Store = (*Store)(nil)
+var (
+	_ upstream.Store          = (*Store)(nil)
+	_ upstream.StreamImporter = (*Store)(nil)
+)
 
 // Open connects to the database at url and brings its schema up to date. A
 // database whose schema is newer than this build knows is an error.
@@ -103,16 +106,33 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		DB:              db,
 		Lookups:         retryingReads{pool},
 		RowLock:         "FOR UPDATE",
-		ImportLock:      `LOCK TABLE listings IN SHARE ROW EXCLUSIVE MODE`, // conflicts with itself, not with reads
+		ImportLock:      importLock,
 		ConstraintError: constraintError,
 	})
-	return &Store{Store: store, feed: sqlstore.NewFeed(db, nowMillis), pool: pool}, nil
+	return &Store{Store: store, Feed: sqlstore.NewFeed(db, nowMillis), pool: pool}, nil
 }
+
+// importLock begins an import: the lock conflicts with itself, not with
+// reads. An import asks the same lookups with thousands of parameters
+// batch after batch; after five, PostgreSQL may switch to a generic plan,
+// made while the table looked empty, that scans the table and compares
+// each row with every parameter (measured: 1.5 s a batch at 50,000 rows).
+// Custom plans see the values. A batch's COPY of thousands of rows is
+// not a request's statement: the serving statement_timeout gives way to a
+// minute (a request's call stays bounded by its context's deadline).
+const importLock = `SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL statement_timeout = '1min';
+	LOCK TABLE listings IN SHARE ROW EXCLUSIVE MODE`
 
 // lockedVersion takes the advisory lock, which the transaction holds until
 // it ends, before it reads the version: processes starting at once apply
-// each step once.
+// each step once. The schema's steps are not a request's statements: the
+// serving statement_timeout gives way, within this transaction, to Open's
+// context (a step that rewrites a large table, or the wait for another
+// process's steps, may take far longer than a read may).
 func lockedVersion(ctx context.Context, tx sqlstore.Querier) (version int, err error) {
+	if err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+		return 0, fmt.Errorf("lift statement timeout: %w", err)
+	}
 	if err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 		return 0, err
 	}
@@ -167,6 +187,17 @@ type transaction struct {
 }
 
 func (t transaction) Commit(ctx context.Context) error { return t.tx.Commit(ctx) }
+
+func (t transaction) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	return t.tx.Query(ctx, query, args...)
+}
+
+// CopyFrom loads rows with COPY: an import's listings, whose row trigger
+// records each in the change feed as an INSERT would.
+func (t transaction) CopyFrom(ctx context.Context, table string, columns []string, rows [][]any) error {
+	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{table}, columns, pgx.CopyFromRows(rows))
+	return err
+}
 
 // Rollback runs even when ctx is what failed the transaction: a rollback
 // that fails costs the pool its connection, which pgx closes.

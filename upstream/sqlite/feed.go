@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"os"
 	"time"
 
 	"github.com/realty-gateway/gateway/upstream"
@@ -15,58 +17,86 @@ import (
 // millisecond precision; unixepoch('subsec') is younger than SQLite 3.40).
 const nowMillis = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
 
-// SQLite has no session locks: the feed is held through a lease in
-// feed_state, which its holder renews; a holder that died loses it once
-// feedLeaseTerm has passed. The holder stops applying after feedLease, well
-// before another process may take the lease.
+// SQLite has no session locks: the feed is held through an exclusive lock
+// of the operating system's on a file beside the database (lockFileSuffix),
+// which needs no writes while held and which the system releases when
+// the holding process dies, however it dies. The lock stands as long as
+// its file is open, so feedLease only bounds each call of the consumer's.
+//
+// Releases before the lock kept a lease in feed_state, renewed by a write
+// every poll: a holder of the lock sets that lease to lockedLease, which
+// such a release never sees run out, and clears it when it gives the
+// feed up; it leaves the feed to one whose lease runs.
 const (
-	feedLeaseTerm = 6 * time.Second
-	feedLease     = feedLeaseTerm / 2
+	lockFileSuffix = "-feedlock"
+	feedLease      = 30 * time.Second
+	lockedLease    = math.MaxInt64
 )
 
 var _ upstream.Feed = (*Store)(nil)
 
-// Acquire takes the lease, or returns upstream.ErrNotConsumer while
-// another holder's lease runs.
+// Acquire takes the lock, or returns upstream.ErrNotConsumer while
+// another process or session holds it.
 func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSession, error) {
+	lock, err := tryLock(s.path + lockFileSuffix)
+	if err != nil {
+		return nil, fmt.Errorf("feed lock: %w", err)
+	}
 	db := s.feedDB()
-	take := func(ctx context.Context) error {
-		var id int
-		err := db.QueryRow(ctx, `UPDATE feed_state SET holder = $1, lease_until = `+nowMillis+` + $2
-			WHERE id = 1 AND (holder = $1 OR lease_until < `+nowMillis+`) RETURNING id`,
-			holder, feedLeaseTerm.Milliseconds()).Scan(&id)
-		if errors.Is(err, sql.ErrNoRows) {
-			return upstream.ErrNotConsumer
-		}
-		return err
+	var id int
+	err = db.QueryRow(ctx, `UPDATE feed_state SET holder = $1, lease_until = $2
+		WHERE id = 1 AND (holder = $1 OR lease_until < `+nowMillis+` OR lease_until = $2) RETURNING id`,
+		holder, int64(lockedLease)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = upstream.ErrNotConsumer // an earlier release's lease runs
 	}
-	if err := take(ctx); err != nil {
-		return nil, fmt.Errorf("feed lease: %w", err)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("feed holder: %w", err), lock.Close())
 	}
+	renew := func(context.Context) error { return nil } // the lock stands while its file is open
 	release := func(ctx context.Context) error {
-		return db.Exec(ctx, `UPDATE feed_state SET lease_until = 0 WHERE id = 1 AND holder = $1`, holder)
+		cleared := db.Exec(ctx, `UPDATE feed_state SET lease_until = 0 WHERE id = 1 AND holder = $1`, holder)
+		return errors.Join(cleared, lock.Close())
 	}
-	return sqlstore.NewSession(db, nowMillis, feedLease, take, release), nil
+	return &session{Session: sqlstore.NewSession(db, nowMillis, feedLease, renew, release), wal: s.path + "-wal"}, nil
 }
 
-func (s *Store) Position(ctx context.Context) (upstream.FeedPosition, error) {
-	return s.feed.Position(ctx)
+// undoneRecheck bounds how long Undone trusts an unchanged write-ahead log.
+const undoneRecheck = time.Second
+
+// session is the SQLite side of the feed's hold. Every commit, by any
+// process, writes the write-ahead log: while its size and modification
+// time stay as they were when Undone last found nothing undone, Undone
+// answers without a query. It asks the database at least every
+// undoneRecheck all the same, for a commit that left both alike (one
+// within the file system's timestamp granularity of the last). Undone is
+// called from one goroutine at a time, as the consumer does.
+type session struct {
+	*sqlstore.Session
+	wal       string
+	idleWAL   walState // zero: not known idle
+	idleSince time.Time
 }
 
-func (s *Store) Unapplied(ctx context.Context, upTo int64, limit int) ([]upstream.Change, error) {
-	return s.feed.Unapplied(ctx, upTo, limit)
+type walState struct {
+	size    int64
+	modTime int64
 }
 
-func (s *Store) CaughtUp(ctx context.Context, upTo int64) (bool, error) {
-	return s.feed.CaughtUp(ctx, upTo)
-}
-
-func (s *Store) Applied(ctx context.Context, listingID, revision int64) (bool, error) {
-	return s.feed.Applied(ctx, listingID, revision)
-}
-
-func (s *Store) Settle(ctx context.Context, redisIdentity string, versions []upstream.Settled) error {
-	return s.feed.Settle(ctx, redisIdentity, versions)
+func (s *session) Undone(ctx context.Context) (bool, error) {
+	var st walState
+	if fi, err := os.Stat(s.wal); err == nil {
+		st = walState{size: fi.Size(), modTime: fi.ModTime().UnixNano()}
+	}
+	if st != (walState{}) && st == s.idleWAL && time.Since(s.idleSince) < undoneRecheck {
+		return false, nil
+	}
+	s.idleWAL = walState{}
+	undone, err := s.Session.Undone(ctx) // after the stat: a commit between them is seen
+	if err == nil && !undone {
+		s.idleWAL, s.idleSince = st, time.Now()
+	}
+	return undone, err
 }
 
 func (s *Store) feedDB() database {

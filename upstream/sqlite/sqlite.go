@@ -45,15 +45,19 @@ const (
 	codeUnique     = 2067
 )
 
-// Store is the SQLite engine. Its methods but Ping and Close are
-// sqlstore.Store's.
+// Store is the SQLite engine. Its methods but Ping, Close and Acquire
+// are sqlstore.Store's and sqlstore.Feed's.
 type Store struct {
 	*sqlstore.Store
-	feed *sqlstore.Feed
+	*sqlstore.Feed
 	db   *sql.DB
+	path string // the file, beside which the feed's lock file lies
 }
 
-var _ upstream.Store = (*Store)(nil)
+var (
+	_ upstream.Store          = (*Store)(nil)
+	_ upstream.StreamImporter = (*Store)(nil)
+)
 
 // Open opens or creates the database file at path, creating its directory
 // when missing, and brings its schema up to date. A file whose schema is
@@ -76,7 +80,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, errors.Join(fmt.Errorf("migrate %s: %w", path, err), sqlDB.Close())
 	}
 	store := sqlstore.New(sqlstore.Engine{DB: db, ConstraintError: constraintError})
-	return &Store{Store: store, feed: sqlstore.NewFeed(db, nowMillis), db: sqlDB}, nil
+	return &Store{Store: store, Feed: sqlstore.NewFeed(db, nowMillis), db: sqlDB, path: path}, nil
 }
 
 // userVersion needs no lock of its own: the transaction holds the write
@@ -126,6 +130,29 @@ type transaction struct {
 }
 
 func (t transaction) Commit(context.Context) error { return t.tx.Commit() }
+
+// Prepare prepares query once for many executions in the transaction:
+// an import's multi-row INSERT, which SQLite would otherwise parse again
+// each time.
+func (t transaction) Prepare(ctx context.Context, query string) (func(context.Context, ...any) error, func() error, error) {
+	st, err := t.tx.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, nil, err
+	}
+	exec := func(ctx context.Context, args ...any) error {
+		_, err := st.ExecContext(ctx, args...)
+		return err
+	}
+	return exec, st.Close, nil
+}
+
+func (t transaction) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	rows, err := t.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
 
 func (t transaction) Rollback(context.Context) error {
 	if err := t.tx.Rollback(); !errors.Is(err, sql.ErrTxDone) {

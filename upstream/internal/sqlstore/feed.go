@@ -322,6 +322,16 @@ func (s *Session) Adopt(ctx context.Context, redisIdentity string, replay time.D
 	return n, nil
 }
 
+// Undone reads the partial index of the changes not done: no write, and
+// on an idle feed an empty index.
+func (s *Session) Undone(ctx context.Context) (bool, error) {
+	var undone bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM listing_changes WHERE done_at IS NULL)`).Scan(&undone); err != nil {
+		return false, fmt.Errorf("feed undone: %w", err)
+	}
+	return undone, nil
+}
+
 func (s *Session) Backlog(ctx context.Context) (rows int64, lag time.Duration, err error) {
 	var lagMillis int64
 	err = s.db.QueryRow(ctx, `SELECT count(*), COALESCE(`+s.now+` - min(changed_at), 0) FROM listing_changes

@@ -6,61 +6,306 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
+	"strconv"
+	"strings"
 
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// importListings stores ls through tx as new listings written at now
-// (epoch ms), and returns them as stored. It keeps the given ids and
-// numbers, which must be within [1, upstream.MaxNumber], and assigns those
-// that are zero: an id above the largest so far, a number from the firm's
-// counter (firms.next_no), the first one from there up that no listing of
-// the firm has, starting again from 1 past upstream.MaxNumber. An entry at
-// fault is an *upstream.ImportError: a value out of range, no id left after
-// upstream.MaxNumber, or no number left in the firm, is a
-// *upstream.ValidationError for field "id" or "no". On any error the caller
-// rolls tx back.
-func importListings(ctx context.Context, tx importTx, ls []upstream.Listing, now int64) ([]upstream.Listing, error) {
-	im := importer{
-		tx:    tx,
-		now:   now,
-		firms: map[int64]bool{},
-		users: map[int64]int64{},
-		seen:  map[[2]int64]bool{},
-	}
-	maxID, err := tx.maxID(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("largest id: %w", err)
-	}
-	im.ids = counter{stored: maxID, max: maxID}
+// An import reads its entries in batches of importBatch: for each batch it
+// asks the store once per kind of lookup (the firms and their number
+// counters, the users, the given ids and the given numbers), settles every
+// entry in memory, in file order, and writes the batch in bulk (COPY on an
+// engine whose transaction is a Copier, multi-row INSERTs elsewhere).
+// Earlier batches are in the store by then, so a batch needs to remember
+// only its own ids and numbers: memory stays flat however long the file.
+const importBatch = 2000
 
-	out := make([]upstream.Listing, len(ls))
-	for i, l := range ls {
-		if out[i], err = im.add(ctx, l); err != nil {
-			var de *domainErr
-			if errors.As(err, &de) {
-				return nil, &upstream.ImportError{Index: i, ID: l.ID, Err: de.err}
-			}
-			return nil, fmt.Errorf("entry %d: %w", i, err)
-		}
-	}
-	return out, nil
+// insertChunk is how many rows one multi-row INSERT writes. SQLite binds
+// each parameter by a search of the statement's parameters, so its cost
+// grows with the square of the parameters: 500 of them keep that below
+// the rows' own cost.
+const insertChunk = 50
+
+// Copier is a transaction that loads rows in bulk, as PostgreSQL's COPY
+// does. Every row trigger fires as for an INSERT.
+type Copier interface {
+	CopyFrom(ctx context.Context, table string, columns []string, rows [][]any) error
 }
 
-// counter tracks the largest id before the import and so far.
-type counter struct {
-	stored, max int64
+// Preparer is a transaction that prepares a statement once for many
+// executions; close releases it.
+type Preparer interface {
+	Prepare(ctx context.Context, query string) (exec func(ctx context.Context, args ...any) error, close func() error, err error)
 }
+
+// ImportTx is what an import runs on: its transaction, which reads rows.
+type ImportTx interface {
+	Querier
+	RowsQuerier
+}
+
+// importColumns are the columns an import writes: the response body is
+// kept from the start, so that the first read does no JSON work.
+var importColumns = []string{"id", "firm_id", "no", "firm_user_id", "is_active", "revision", "document", "body", "etag", "body_revision"}
 
 // importer holds what one import learned so far, within its transaction.
+// Its maps grow with the firms and users the file names, not with its
+// entries.
 type importer struct {
-	tx    importTx
-	now   int64
-	ids   counter
-	firms map[int64]bool    // firm id: exists
-	users map[int64]int64   // user id: its firm id, 0 when unknown
-	seen  map[[2]int64]bool // {0, id} and {firm id, no} taken in this file
+	tx              ImportTx
+	constraintError func(error) error
+	insertQuery     string // a multi-row INSERT of insertChunk rows
+	insertChunk     func(ctx context.Context, args ...any) error
+	closeInsert     func() error
+	now             int64
+	maxID           int64           // the largest id in the store and the file so far
+	firms           map[int64]*firm // nil: no such firm
+	users           map[int64]int64 // user id: its firm id, 0 when unknown
+	done            int             // entries stored so far
 }
+
+// firm is a firm's number counter as the import moves it.
+type firm struct {
+	next  int64
+	moved bool
+}
+
+// batch is one batch's state: its entries, and the ids and numbers the
+// store and the batch itself have taken.
+type batch struct {
+	entries  []upstream.Listing
+	given    []upstream.Listing // the entries as given, for the errors
+	rows     [][]any
+	idsTaken map[int64]bool
+	nosTaken map[[2]int64]bool
+	seenIDs  map[int64]bool
+	seenNos  map[[2]int64]bool
+	windows  map[int64]*window // per firm: the numbers taken near its counter
+}
+
+// window is a firm's taken numbers within [lo, hi), read from the store;
+// full: every one of them.
+type window struct {
+	lo, hi int64
+	taken  map[int64]bool
+	full   bool
+}
+
+// numberWindow is how many numbers one read of a firm's taken numbers
+// covers.
+const numberWindow = 4096
+
+// importStream stores the listings of next through tx as new listings
+// written at now (epoch ms), and calls stored with each batch as stored.
+// It keeps the given ids and numbers, which must be within [1,
+// upstream.MaxNumber], and assigns those that are zero: an id above the
+// largest so far, a number from the firm's counter (firms.next_no), the
+// first one from there up that no listing of the firm has, starting again
+// from 1 past upstream.MaxNumber. An entry at fault is an
+// *upstream.ImportError: a value out of range, no id left after
+// upstream.MaxNumber, or no number left in the firm, is a
+// *upstream.ValidationError for field "id" or "no". An error of next is
+// returned as it is. On any error the caller rolls tx back.
+func importStream(ctx context.Context, im *importer, next iter.Seq2[upstream.Listing, error], stored func([]upstream.Listing) error) (int, error) {
+	if err := im.tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&im.maxID); err != nil {
+		return 0, fmt.Errorf("largest id: %w", err)
+	}
+	b := &batch{}
+	flush := func() error {
+		if len(b.given) == 0 {
+			return nil
+		}
+		if err := im.store(ctx, b); err != nil {
+			return err
+		}
+		if stored != nil {
+			if err := stored(b.entries); err != nil {
+				return err
+			}
+		}
+		im.done += len(b.entries)
+		b = &batch{given: b.given[:0]}
+		return nil
+	}
+	for l, err := range next {
+		if err != nil {
+			return 0, &inputErr{err}
+		}
+		b.given = append(b.given, l)
+		if len(b.given) == importBatch {
+			if err := flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	err := flush()
+	if im.closeInsert != nil {
+		err = errors.Join(err, im.closeInsert())
+	}
+	if err != nil {
+		return 0, err
+	}
+	for id, f := range im.firms {
+		if f != nil && f.moved {
+			if err := im.tx.Exec(ctx, `UPDATE firms SET next_no = $2 WHERE id = $1`, id, f.next); err != nil {
+				return 0, fmt.Errorf("number counter of firm %d: %w", id, err)
+			}
+		}
+	}
+	return im.done, nil
+}
+
+// store settles and writes one batch.
+func (im *importer) store(ctx context.Context, b *batch) error {
+	if err := im.prefetch(ctx, b); err != nil {
+		return err
+	}
+	b.seenIDs, b.seenNos = map[int64]bool{}, map[[2]int64]bool{}
+	b.entries = make([]upstream.Listing, len(b.given))
+	b.rows = make([][]any, len(b.given))
+	for i, l := range b.given {
+		var err error
+		if b.entries[i], b.rows[i], err = im.add(ctx, b, l); err != nil {
+			return im.fault(im.done+i, l, err)
+		}
+	}
+	return im.insert(ctx, b)
+}
+
+// fault names entry index as the cause of err where err is the entry's
+// fault.
+func (im *importer) fault(index int, l upstream.Listing, err error) error {
+	var de *domainErr
+	if errors.As(err, &de) {
+		return &upstream.ImportError{Index: index, ID: l.ID, Err: de.err}
+	}
+	return fmt.Errorf("entry %d: %w", index, err)
+}
+
+// prefetch reads what the batch's entries need of the store, one query per
+// kind: firms not seen before with their counters, users, the given ids up
+// to the largest so far (an id above it can be taken only in this batch)
+// and the given numbers. Values out of range are left to add's checks.
+func (im *importer) prefetch(ctx context.Context, b *batch) error {
+	var firmIDs, userIDs, ids []any
+	nos := map[int64][]any{} // given numbers per firm
+	seen := map[int64]bool{}
+	for _, l := range b.given {
+		if _, ok := im.firms[l.FirmID]; !ok && !seen[l.FirmID] {
+			seen[l.FirmID] = true
+			firmIDs = append(firmIDs, l.FirmID)
+		}
+		if _, ok := im.users[l.FirmUserID]; !ok && !seen[-l.FirmUserID-1] {
+			seen[-l.FirmUserID-1] = true // users keyed apart from firms
+			userIDs = append(userIDs, l.FirmUserID)
+		}
+		if l.ID >= 1 && l.ID <= im.maxID {
+			ids = append(ids, l.ID)
+		}
+		if l.No >= 1 && l.No <= upstream.MaxNumber {
+			nos[l.FirmID] = append(nos[l.FirmID], l.No)
+		}
+	}
+	if len(firmIDs) > 0 {
+		for _, id := range firmIDs {
+			im.firms[id.(int64)] = nil
+		}
+		err := im.each(ctx, `SELECT id, next_no FROM firms WHERE id IN (`+placeholders(len(firmIDs), 1)+`)`, firmIDs,
+			func(r Rows) error {
+				var id, next int64
+				if err := r.Scan(&id, &next); err != nil {
+					return err
+				}
+				im.firms[id] = &firm{next: next}
+				return nil
+			})
+		if err != nil {
+			return fmt.Errorf("firms: %w", err)
+		}
+	}
+	if len(userIDs) > 0 {
+		for _, id := range userIDs {
+			im.users[id.(int64)] = 0
+		}
+		err := im.each(ctx, `SELECT id, firm_id FROM firm_users WHERE id IN (`+placeholders(len(userIDs), 1)+`)`, userIDs,
+			func(r Rows) error {
+				var id, firmID int64
+				if err := r.Scan(&id, &firmID); err != nil {
+					return err
+				}
+				im.users[id] = firmID
+				return nil
+			})
+		if err != nil {
+			return fmt.Errorf("users: %w", err)
+		}
+	}
+	b.idsTaken = map[int64]bool{}
+	if len(ids) > 0 {
+		err := im.each(ctx, `SELECT id FROM listings WHERE id IN (`+placeholders(len(ids), 1)+`)`, ids,
+			func(r Rows) error {
+				var id int64
+				err := r.Scan(&id)
+				b.idsTaken[id] = true
+				return err
+			})
+		if err != nil {
+			return fmt.Errorf("ids taken: %w", err)
+		}
+	}
+	b.nosTaken = map[[2]int64]bool{}
+	for firmID, nos := range nos {
+		// Per firm, an IN list that the (firm_id, no) index answers; a
+		// list of pairs is a filter over a scan on PostgreSQL.
+		args := append([]any{firmID}, nos...)
+		err := im.each(ctx, `SELECT no FROM listings WHERE firm_id = $1 AND no IN (`+placeholdersFrom(2, len(nos))+`)`, args,
+			func(r Rows) error {
+				var no int64
+				err := r.Scan(&no)
+				b.nosTaken[[2]int64{firmID, no}] = true
+				return err
+			})
+		if err != nil {
+			return fmt.Errorf("numbers taken: %w", err)
+		}
+	}
+	return nil
+}
+
+// placeholdersFrom lists n parameters from $from on.
+func placeholdersFrom(from, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(from + i))
+	}
+	return b.String()
+}
+
+// each runs query and calls scan for every row.
+func (im *importer) each(ctx context.Context, query string, args []any, scan func(Rows) error) error {
+	rows, err := im.tx.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// inputErr carries an error of the import's input, returned as it is.
+type inputErr struct{ err error }
+
+func (e *inputErr) Error() string { return e.err.Error() }
 
 // domainErr marks an entry's fault, as opposed to a failure of the store.
 type domainErr struct{ err error }
@@ -71,40 +316,51 @@ func reject(format string, args ...any) error {
 	return &domainErr{err: fmt.Errorf(format, args...)}
 }
 
-func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listing, error) {
+// add settles one entry of b: its id, number and owner, and the row that
+// stores it.
+func (im *importer) add(ctx context.Context, b *batch, l upstream.Listing) (upstream.Listing, []any, error) {
 	if err := upstream.CheckNumber("id", l.ID); err != nil {
-		return l, reject("id %d: %w", l.ID, err)
+		return l, nil, reject("id %d: %w", l.ID, err)
 	}
 	if err := upstream.CheckNumber("no", l.No); err != nil {
-		return l, reject("no %d: %w", l.No, err)
+		return l, nil, reject("no %d: %w", l.No, err)
 	}
-	if err := im.checkOwner(ctx, l.FirmID, l.FirmUserID); err != nil {
-		return l, err
+	f := im.firms[l.FirmID]
+	if f == nil {
+		return l, nil, reject("unknown firm %d: %w", l.FirmID, upstream.ErrInvalid)
+	}
+	if im.users[l.FirmUserID] != l.FirmID {
+		return l, nil, reject("firm %d has no user %d: %w", l.FirmID, l.FirmUserID, upstream.ErrInvalid)
 	}
 
-	id, ok, err := im.take(&im.ids, 0, l.ID, func() (bool, error) {
-		return im.tx.idTaken(ctx, l.ID)
-	})
+	id := l.ID
 	switch {
-	case errors.Is(err, errExhausted):
-		return l, reject("next id: %w", upstream.Invalid("id",
+	case id == 0 && im.maxID >= upstream.MaxNumber:
+		return l, nil, reject("next id: %w", upstream.Invalid("id",
 			fmt.Sprintf("has no free value: listing ids reach the largest allowed, %d", int64(upstream.MaxNumber))))
-	case err != nil:
-		return l, err
-	case !ok:
-		return l, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
+	case id == 0:
+		id = im.maxID + 1
+	case b.seenIDs[id] || b.idsTaken[id]:
+		return l, nil, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
 	}
-	no, ok, err := im.number(ctx, l.FirmID, l.No)
-	switch {
-	case errors.Is(err, errExhausted):
-		return l, reject("next number of firm %d: %w", l.FirmID, upstream.Invalid("no",
-			fmt.Sprintf("has no free value: every listing number of the firm up to the largest allowed, %d, is in use; give an unused one",
-				int64(upstream.MaxNumber))))
-	case err != nil:
-		return l, err
-	case !ok:
-		return l, reject("listing %s taken: %w", upstream.ListingNumber(l.FirmID, l.No), upstream.ErrConflict)
+	no := l.No
+	if no != 0 {
+		if k := [2]int64{l.FirmID, no}; b.seenNos[k] || b.nosTaken[k] {
+			return l, nil, reject("listing %s taken: %w", upstream.ListingNumber(l.FirmID, l.No), upstream.ErrConflict)
+		}
+	} else {
+		var err error
+		switch no, err = im.number(ctx, b, l.FirmID, f); {
+		case errors.Is(err, errExhausted):
+			return l, nil, reject("next number of firm %d: %w", l.FirmID, upstream.Invalid("no",
+				fmt.Sprintf("has no free value: every listing number of the firm up to the largest allowed, %d, is in use; give an unused one",
+					int64(upstream.MaxNumber))))
+		case err != nil:
+			return l, nil, err
+		}
 	}
+	b.seenIDs[id], b.seenNos[[2]int64{l.FirmID, no}] = true, true
+	im.maxID = max(im.maxID, id)
 	l.ID, l.No = id, no
 
 	if l.CreatedDate == 0 {
@@ -117,179 +373,107 @@ func (im *importer) add(ctx context.Context, l upstream.Listing) (upstream.Listi
 	l.Normalize()
 	doc, err := json.Marshal(l)
 	if err != nil {
-		return l, fmt.Errorf("encode: %w", err)
+		return l, nil, fmt.Errorf("encode: %w", err)
 	}
-	if err := im.tx.insert(ctx, l, doc); err != nil {
-		if errors.Is(err, upstream.ErrConflict) || errors.Is(err, upstream.ErrInvalid) {
-			return l, reject("listing %d or %s: %w", l.ID, l.ListingID, err)
-		}
-		return l, err
-	}
-	return l, nil
+	// The response body is the document itself: a read lays the columns,
+	// which are l's own, over the decoded document, and encodes that, and
+	// JSON that encoding/json wrote decodes and encodes to the same bytes
+	// (the conformance suite's FullListingRoundTrip compares the two).
+	return l, []any{l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision, string(doc), doc, string(upstream.ETag(doc)), l.Revision}, nil
 }
 
-// checkOwner rejects a listing whose firm is unknown or whose user is not
-// one of that firm's.
-func (im *importer) checkOwner(ctx context.Context, firmID, userID int64) error {
-	exists, ok := im.firms[firmID]
-	if !ok {
-		var err error
-		if exists, err = im.tx.firmExists(ctx, firmID); err != nil {
-			return err
-		}
-		im.firms[firmID] = exists
-	}
-	if !exists {
-		return reject("unknown firm %d: %w", firmID, upstream.ErrInvalid)
-	}
+// errExhausted says that the firm has no free number left.
+var errExhausted = errors.New("no value left")
 
-	owner, ok := im.users[userID]
-	if !ok {
-		var err error
-		if owner, err = im.tx.userFirm(ctx, userID); err != nil {
-			return err
-		}
-		im.users[userID] = owner
-	}
-	if owner != firmID {
-		return reject("firm %d has no user %d: %w", firmID, userID, upstream.ErrInvalid)
-	}
-	return nil
-}
-
-// number claims give as the firm's listing number, or when give is zero
-// the next free one of the firm's counter, which then moves past it. It
-// reports false when give is taken in this file or in the store. Entries
-// are inserted as they are numbered, so the store's answers include the
-// file's earlier ones.
-func (im *importer) number(ctx context.Context, firmID, give int64) (int64, bool, error) {
-	if give != 0 {
-		if im.seen[[2]int64{firmID, give}] {
-			return 0, false, nil
-		}
-		taken, err := im.tx.noTaken(ctx, firmID, give)
-		if err != nil || taken {
-			return 0, false, err
-		}
-		im.seen[[2]int64{firmID, give}] = true
-		return give, true, nil
-	}
-	start, err := im.tx.nextNo(ctx, firmID)
-	if err != nil {
-		return 0, false, fmt.Errorf("number counter of firm %d: %w", firmID, err)
-	}
+// number claims the next free number of firm f's counter, which then
+// moves past it: the first from the counter up that neither the store nor
+// the batch has, starting again from 1 past upstream.MaxNumber.
+func (im *importer) number(ctx context.Context, b *batch, firmID int64, f *firm) (int64, error) {
+	start := f.next
 	if start < 1 || start > upstream.MaxNumber {
 		start = 1
 	}
-	no, err := im.tx.freeNo(ctx, firmID, start)
+	no, err := im.nextFree(ctx, b, firmID, start)
 	if err == nil && no == 0 && start > 1 {
-		no, err = im.tx.freeNo(ctx, firmID, 1) // wrap around
+		no, err = im.nextFree(ctx, b, firmID, 1) // wrap around
 	}
 	switch {
 	case err != nil:
-		return 0, false, fmt.Errorf("free number of firm %d: %w", firmID, err)
+		return 0, err
 	case no == 0:
-		return 0, false, errExhausted
+		return 0, errExhausted
 	}
-	if err := im.tx.setNextNo(ctx, firmID, no+1); err != nil {
-		return 0, false, fmt.Errorf("number counter of firm %d: %w", firmID, err)
-	}
-	im.seen[[2]int64{firmID, no}] = true
-	return no, true, nil
+	f.next, f.moved = no+1, true
+	return no, nil
 }
 
-// errExhausted says that the next id would pass upstream.MaxNumber, or that
-// the firm has no free number left.
-var errExhausted = errors.New("no value left")
-
-// take claims the id give, or the next free id of c when give is zero. It
-// reports false when give is taken in this file or, as taken tells, in the
-// store, and errExhausted when give is zero and the largest id so far is
-// upstream.MaxNumber (or more, in a store written before the bound). scope
-// is 0: the file's numbers are in seen under their firm's id.
-func (im *importer) take(c *counter, scope, give int64, taken func() (bool, error)) (int64, bool, error) {
-	if give == 0 {
-		if c.max >= upstream.MaxNumber {
-			return 0, false, errExhausted
+// nextFree returns the firm's smallest number from from up that neither
+// the store nor the batch has, or 0 when there is none up to
+// upstream.MaxNumber. It reads the store a window of numbers at a time;
+// where a window is full it asks the store for the next free number past
+// it, so a dense run of taken numbers costs one query.
+func (im *importer) nextFree(ctx context.Context, b *batch, firmID, from int64) (int64, error) {
+	if b.windows == nil {
+		b.windows = map[int64]*window{}
+	}
+	for no := from; no <= upstream.MaxNumber; {
+		w := b.windows[firmID]
+		if w == nil || no < w.lo || no >= w.hi {
+			var err error
+			if w, err = im.window(ctx, firmID, no); err != nil {
+				return 0, err
+			}
+			b.windows[firmID] = w
 		}
-		give = c.max + 1
+		switch {
+		case w.full:
+			no = w.hi
+		case w.taken[no] || b.seenNos[[2]int64{firmID, no}]:
+			no++
+		default:
+			return no, nil
+		}
+	}
+	return 0, nil
+}
+
+// window reads the firm's taken numbers from no up. A full window (every
+// number taken) reaches up to the next free number instead.
+func (im *importer) window(ctx context.Context, firmID, no int64) (*window, error) {
+	w := &window{lo: no, hi: min(no+numberWindow, upstream.MaxNumber+1), taken: map[int64]bool{}}
+	err := im.each(ctx, `SELECT no FROM listings WHERE firm_id = $1 AND no >= $2 AND no < $3`, []any{firmID, w.lo, w.hi},
+		func(r Rows) error {
+			var n int64
+			err := r.Scan(&n)
+			w.taken[n] = true
+			return err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("numbers of firm %d: %w", firmID, err)
+	}
+	if int64(len(w.taken)) < w.hi-w.lo || w.hi > upstream.MaxNumber {
+		return w, nil
+	}
+	free, err := im.freeNo(ctx, firmID, w.hi)
+	if err != nil {
+		return nil, fmt.Errorf("free number of firm %d: %w", firmID, err)
+	}
+	w.full, w.taken = true, nil
+	if free == 0 { // none up to the bound
+		w.hi = upstream.MaxNumber + 1
 	} else {
-		if im.seen[[2]int64{scope, give}] {
-			return 0, false, nil
-		}
-		if give <= c.stored {
-			inStore, err := taken()
-			if err != nil {
-				return 0, false, err
-			}
-			if inStore {
-				return 0, false, nil
-			}
-		}
+		w.hi = free
 	}
-	im.seen[[2]int64{scope, give}] = true
-	c.max = max(c.max, give)
-	return give, true, nil
-}
-
-// importTx is the SQL of an import, in its transaction. Deleted listings
-// (tombstones) count in every lookup: their ids and numbers are never given
-// out again.
-type importTx struct {
-	tx              Querier
-	constraintError func(error) error
-}
-
-func (t importTx) firmExists(ctx context.Context, firmID int64) (exists bool, err error) {
-	err = t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM firms WHERE id = $1)`, firmID).Scan(&exists)
-	return exists, err
-}
-
-// userFirm returns the firm of user userID, 0 when there is no such user.
-func (t importTx) userFirm(ctx context.Context, userID int64) (firmID int64, err error) {
-	err = t.tx.QueryRow(ctx, `SELECT firm_id FROM firm_users WHERE id = $1`, userID).Scan(&firmID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	return firmID, err
-}
-
-func (t importTx) idTaken(ctx context.Context, id int64) (taken bool, err error) {
-	err = t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM listings WHERE id = $1)`, id).Scan(&taken)
-	return taken, err
-}
-
-func (t importTx) noTaken(ctx context.Context, firmID, no int64) (taken bool, err error) {
-	err = t.tx.QueryRow(ctx,
-		`SELECT EXISTS (SELECT 1 FROM listings WHERE firm_id = $1 AND no = $2)`, firmID, no).Scan(&taken)
-	return taken, err
-}
-
-// maxID returns the largest listing id, 0 when there is none.
-func (t importTx) maxID(ctx context.Context) (id int64, err error) {
-	err = t.tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&id)
-	return id, err
-}
-
-// nextNo reads the firm's number counter: where the search for its next
-// free number starts.
-func (t importTx) nextNo(ctx context.Context, firmID int64) (no int64, err error) {
-	err = t.tx.QueryRow(ctx, `SELECT next_no FROM firms WHERE id = $1`, firmID).Scan(&no)
-	return no, err
-}
-
-func (t importTx) setNextNo(ctx context.Context, firmID, no int64) error {
-	return t.tx.Exec(ctx, `UPDATE firms SET next_no = $2 WHERE id = $1`, firmID, no)
+	return w, nil
 }
 
 // freeNo returns the firm's smallest listing number within [from,
 // upstream.MaxNumber] that no listing of the firm has, tombstones
 // included, or 0 when there is none. The first free number is from itself
 // or follows a taken one, so the candidates are from and each taken
-// number + 1: one indexed range read of the numbers from from up, usually
-// none.
-func (t importTx) freeNo(ctx context.Context, firmID, from int64) (no int64, err error) {
-	err = t.tx.QueryRow(ctx,
+// number + 1: one indexed range read of the numbers from from up.
+func (im *importer) freeNo(ctx context.Context, firmID, from int64) (no int64, err error) {
+	err = im.tx.QueryRow(ctx,
 		`SELECT COALESCE(MIN(c.n), 0) FROM (
 		   SELECT CAST($2 AS BIGINT) AS n
 		   UNION ALL
@@ -297,19 +481,79 @@ func (t importTx) freeNo(ctx context.Context, firmID, from int64) (no int64, err
 		 ) c
 		 WHERE NOT EXISTS (SELECT 1 FROM listings l WHERE l.firm_id = $1 AND l.no = c.n)`,
 		firmID, from, int64(upstream.MaxNumber)).Scan(&no)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
 	return no, err
 }
 
-// insert stores l with doc as its document. A constraint violation is
-// returned as the domain error alone (upstream.ErrConflict or
-// upstream.ErrInvalid), which the entry's *upstream.ImportError carries.
-func (t importTx) insert(ctx context.Context, l upstream.Listing, doc []byte) error {
-	err := t.tx.Exec(ctx,
-		`INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document)
-		 VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision, string(doc))
-	if ce := t.constraintError(err); ce != nil {
-		return ce
+// insert writes the batch's rows in bulk, under a savepoint: where the
+// store refuses one (a constraint that the lookups did not foresee), it
+// goes back and inserts them one at a time to name the entry at fault.
+func (im *importer) insert(ctx context.Context, b *batch) error {
+	if err := im.tx.Exec(ctx, `SAVEPOINT import_batch`); err != nil {
+		return err
 	}
-	return err
+	err := im.bulk(ctx, b.rows)
+	if err != nil && im.constraintError(err) == nil {
+		return fmt.Errorf("insert entries %d to %d: %w", im.done, im.done+len(b.rows)-1, err)
+	}
+	if err == nil {
+		return im.tx.Exec(ctx, `RELEASE SAVEPOINT import_batch`)
+	}
+	if err := im.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT import_batch`); err != nil {
+		return err
+	}
+	one := insertStatement(1)
+	for i, row := range b.rows {
+		err := im.tx.Exec(ctx, one, row...)
+		if ce := im.constraintError(err); ce != nil {
+			l := b.entries[i]
+			return im.fault(im.done+i, b.given[i], reject("listing %d or %s: %w", l.ID, l.ListingID, ce))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("bulk insert refused, row by row accepted: %w", err)
+}
+
+// bulk inserts rows: by COPY where the transaction can, else in multi-row
+// INSERTs of insertChunk rows.
+func (im *importer) bulk(ctx context.Context, rows [][]any) error {
+	if c, ok := im.tx.(Copier); ok {
+		return c.CopyFrom(ctx, "listings", importColumns, rows)
+	}
+	args := make([]any, 0, insertChunk*len(importColumns))
+	for len(rows) > 0 {
+		n := min(len(rows), insertChunk)
+		args = args[:0]
+		for _, r := range rows[:n] {
+			args = append(args, r...)
+		}
+		var err error
+		switch p, ok := im.tx.(Preparer); {
+		case n < insertChunk:
+			err = im.tx.Exec(ctx, insertStatement(n), args...)
+		case ok && im.insertChunk == nil:
+			if im.insertChunk, im.closeInsert, err = p.Prepare(ctx, im.insertQuery); err != nil {
+				return err
+			}
+			fallthrough
+		case ok:
+			err = im.insertChunk(ctx, args...)
+		default:
+			err = im.tx.Exec(ctx, im.insertQuery, args...)
+		}
+		if err != nil {
+			return err
+		}
+		rows = rows[n:]
+	}
+	return nil
+}
+
+// insertStatement inserts n rows of importColumns.
+func insertStatement(n int) string {
+	return `INSERT INTO listings (` + strings.Join(importColumns, ", ") + `) VALUES ` + placeholders(n, len(importColumns))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"math/bits"
 	"strings"
 	"time"
@@ -583,47 +584,65 @@ func (s *Store) PruneRevocations(ctx context.Context, before time.Time) (int64, 
 	return n, nil
 }
 
-// ImportListings runs in one transaction, so that a rejected entry leaves
-// none of the file stored, under the engine's ImportLock (or its write lock
-// from BEGIN), so that two imports do not pick the same free id or number.
+// ImportListings is ImportStream over ls, returning the stored listings.
 func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) ([]upstream.Listing, error) {
 	if len(ls) == 0 {
 		return []upstream.Listing{}, nil
 	}
-	var out []upstream.Listing
+	out := make([]upstream.Listing, 0, len(ls))
+	_, err := s.ImportStream(ctx, func(yield func(upstream.Listing, error) bool) {
+		for _, l := range ls {
+			if !yield(l, nil) {
+				return
+			}
+		}
+	}, func(stored []upstream.Listing) error {
+		out = append(out, stored...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ImportStream runs in one transaction, so that a rejected entry leaves
+// none of the file stored, under the engine's ImportLock (or its write lock
+// from BEGIN), so that two imports do not pick the same free id or number.
+// It reads next a batch at a time and calls stored, when set, with each
+// batch as written, before the commit.
+func (s *Store) ImportStream(ctx context.Context, next iter.Seq2[upstream.Listing, error], stored func([]upstream.Listing) error) (int, error) {
+	var n int
 	err := inTx(ctx, s.e.DB, func(tx Querier) (err error) {
+		itx, ok := tx.(ImportTx)
+		if !ok {
+			return errors.New("the engine's transaction reads no rows")
+		}
 		if s.e.ImportLock != "" {
 			if err := tx.Exec(ctx, s.e.ImportLock); err != nil {
 				return err
 			}
 		}
-		out, err = importListings(ctx, importTx{tx: tx, constraintError: s.e.ConstraintError}, ls, time.Now().UnixMilli())
-		if err != nil {
-			return err
+		im := &importer{
+			tx: itx, constraintError: s.e.ConstraintError, insertQuery: insertStatement(insertChunk),
+			now: time.Now().UnixMilli(), firms: map[int64]*firm{}, users: map[int64]int64{},
 		}
-		for _, l := range out {
-			doc, err := json.Marshal(l)
-			if err != nil {
-				return fmt.Errorf("encode: %w", err)
-			}
-			e, err := encodeStored(l, doc)
-			if err != nil {
-				return err
-			}
-			if err := tx.Exec(ctx, storeBody, e.Body, string(e.ETag), e.Revision, e.ID); err != nil {
-				return err
-			}
-		}
-		return nil
+		n, err = importStream(ctx, im, next, stored)
+		return err
 	})
-	var ie *upstream.ImportError
+	var (
+		ie *upstream.ImportError
+		in *inputErr
+	)
 	switch {
+	case errors.As(err, &in):
+		return 0, in.err
 	case errors.As(err, &ie):
-		return nil, err // names the entry at fault; commands print it as it is
+		return 0, err // names the entry at fault; commands print it as it is
 	case err != nil:
-		return nil, fmt.Errorf("import: %w", err)
+		return 0, fmt.Errorf("import: %w", err)
 	}
-	return out, nil
+	return n, nil
 }
 
 func (s *Store) Empty(ctx context.Context) (bool, error) {
