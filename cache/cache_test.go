@@ -29,6 +29,11 @@ type source struct {
 	err      error
 	gate     chan struct{} // when set, calls wait for it to close
 	calls    atomic.Int64
+	// looked counts the reads that have looked their listing up and taken
+	// the gate: a test that changes the listings or the gate after a read
+	// began waits for this, not for calls, which counts reads at their
+	// start.
+	looked atomic.Int64
 	// lostCommit makes writes commit and then report ErrUnavailable, as a
 	// store that timed out after its commit does.
 	lostCommit bool
@@ -64,6 +69,7 @@ func (s *source) find(ctx context.Context, match func(upstream.Listing) bool) (u
 		}
 	}
 	s.mu.Unlock()
+	s.looked.Add(1)
 	if gate != nil {
 		select {
 		case <-gate:

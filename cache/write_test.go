@@ -41,7 +41,7 @@ func TestSlowFillDoesNotOverwriteAnUpdate(t *testing.T) {
 				e, _ := c.Get(ctx, ByID(9))
 				fill <- e
 			}()
-			testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 }) // the fill has read "old"
+			testenv.WaitFor(t, func() bool { return src.looked.Load() == 1 }) // the fill has read "old"
 
 			src.mu.Lock()
 			src.gate = nil // the update's own reads must not wait
@@ -203,7 +203,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 func holdFill(t *testing.T, c *Cache, src *source, id int64) (release chan struct{}, done chan struct{}) {
 	t.Helper()
 	release, done = make(chan struct{}), make(chan struct{})
-	before := src.calls.Load()
+	before := src.looked.Load()
 	src.mu.Lock()
 	src.gate = release
 	src.mu.Unlock()
@@ -211,7 +211,7 @@ func holdFill(t *testing.T, c *Cache, src *source, id int64) (release chan struc
 		defer close(done)
 		_, _ = c.Get(context.Background(), ByID(id))
 	}()
-	testenv.WaitFor(t, func() bool { return src.calls.Load() == before+1 })
+	testenv.WaitFor(t, func() bool { return src.looked.Load() == before+1 })
 	src.mu.Lock()
 	src.gate = nil
 	src.mu.Unlock()
