@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/realty-gateway/gateway/internal/faultpoint"
@@ -102,10 +101,13 @@ func (c *Cache) ImportStream(ctx context.Context, next iter.Seq2[upstream.Listin
 		}
 		return len(ws), err
 	}
-	var items []Invalidation
+	var chunks [][]Invalidation // of importFloorBatch each: no copy as it grows
 	n, err := src.ImportStream(ctx, next, func(stored []upstream.Listing) error {
 		for _, l := range stored {
-			items = append(items, invalidationOf(l, l.Revision))
+			if len(chunks) == 0 || len(chunks[len(chunks)-1]) == importFloorBatch {
+				chunks = append(chunks, make([]Invalidation, 0, importFloorBatch))
+			}
+			chunks[len(chunks)-1] = append(chunks[len(chunks)-1], invalidationOf(l, l.Revision))
 		}
 		if progress != nil {
 			progress(len(stored))
@@ -117,8 +119,9 @@ func (c *Cache) ImportStream(ctx context.Context, next iter.Seq2[upstream.Listin
 	}
 	faultpoint.Hit(faultpoint.AfterCommit)
 	var errs []error
-	for chunk := range slices.Chunk(items, importFloorBatch) {
+	for i, chunk := range chunks {
 		errs = append(errs, c.floorNew(ctx, chunk))
+		chunks[i] = nil
 	}
 	if err := errors.Join(errs...); err != nil {
 		return n, fmt.Errorf("imported %d listings, but not every gateway was told: %w", n, err)

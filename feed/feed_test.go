@@ -298,7 +298,7 @@ func TestConsumerImportSendsNoPurges(t *testing.T) {
 	cfg := fastConfig()
 	cfg.Batch = 500
 	c := f.consumer(t, cfg, p)
-	testenv.WaitFor(t, func() bool { return f.count(t, "done_at IS NULL") == 0 }) // the fixture's own
+	waitLong(t, func() bool { return f.count(t, "done_at IS NULL") == 0 }) // the fixture's own
 	before := len(p.seen())
 	next := f.listing.ID + 1
 	if _, err := f.cache.Get(ctx, cache.ByID(next)); !errors.Is(err, upstream.ErrNotFound) { // a cached absence
@@ -312,7 +312,7 @@ func TestConsumerImportSendsNoPurges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, func() bool { return f.count(t, "done_at IS NULL") == 0 })
+	waitLong(t, func() bool { return f.count(t, "done_at IS NULL") == 0 })
 	if _, err := f.cache.Get(ctx, cache.ByID(next)); err != nil {
 		t.Fatalf("Get(%d) after the feed applied the import: %v", next, err)
 	}
@@ -326,7 +326,7 @@ func TestConsumerImportSendsNoPurges(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "soft realty-" + itoa(stored[0].ID)
-	testenv.WaitFor(t, func() bool { return slices.Contains(p.seen(), want) })
+	waitLong(t, func() bool { return slices.Contains(p.seen(), want) })
 }
 
 func TestFirstVersion(t *testing.T) {
@@ -349,5 +349,16 @@ func TestFirstVersion(t *testing.T) {
 				t.Fatalf("firstVersion(%+v) = %v; want %v", tt.give, got, tt.want)
 			}
 		})
+	}
+}
+
+// waitLong waits for cond a minute at most: applying a thousand records
+// under the race detector on a busy machine takes seconds.
+func waitLong(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in a minute")
+		}
 	}
 }

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"slices"
 	"testing"
@@ -36,4 +37,33 @@ func TestDecoderReportsEveryBadMember(t *testing.T) {
 	if len(v.Items) != 2 || !v.Items[0].On || v.Note != nil {
 		t.Fatalf("decoded %+v", v)
 	}
+}
+
+// FuzzFastScalar: where the fast path takes a literal, json.Unmarshal
+// takes it too, to the same value.
+func FuzzFastScalar(f *testing.F) {
+	for _, seed := range []string{`"x"`, `""`, `"é ５"`, `"a\"b"`, `"\u00e9"`, "\"\xff\"", "\"a\tb\"", `"a\\b"`,
+		`0`, `-0`, `17`, `-9223372036854775808`, `9223372036854775807`, `9223372036854775808`, `1e3`, `1.5`, `-0.0`,
+		`1.7976931348623157e308`, `1e400`, `5e-324`, `true`, `false`, `null`, `[]`, ` 1`, `"x" `} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return // DecodeListing hands it only parts of a valid document
+		}
+		for _, ptr := range []any{new(string), new(int64), new(float64), new(bool)} {
+			fast := reflect.New(reflect.TypeOf(ptr).Elem())
+			if !fastScalar(raw, fast.Elem()) {
+				continue
+			}
+			slow := reflect.New(reflect.TypeOf(ptr).Elem())
+			if err := json.Unmarshal(raw, slow.Interface()); err != nil {
+				t.Fatalf("fastScalar took %q as %v; json.Unmarshal refuses it: %v", raw, fast.Elem(), err)
+			}
+			a, b := fast.Elem().Interface(), slow.Elem().Interface()
+			if fa, ok := a.(float64); ok && math.Signbit(fa) != math.Signbit(b.(float64)) || a != b {
+				t.Fatalf("fastScalar took %q as %#v; json.Unmarshal as %#v", raw, a, b)
+			}
+		}
+	})
 }

@@ -56,10 +56,10 @@ func startEdge(t *testing.T) *edge {
 	e := newEdge(t)
 	e.startGateway(t)
 	e.startVarnish(t)
-	// The change feed purged the imported listings as the gateway started,
-	// before Varnish listened: those purges failed and opened the queue's
-	// purge breaker. Start once they are delivered and the breaker is
-	// closed.
+	// Any purge the change feed sent as the gateway started, before
+	// Varnish listened, failed and opened the queue's purge breaker (the
+	// imported listings send none: they are first versions). Start once
+	// they are delivered and the breaker is closed.
 	deadline := time.Now().Add(20 * time.Second)
 	for !e.purgesSettled(t) {
 		if time.Now().After(deadline) {

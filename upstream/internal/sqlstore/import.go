@@ -112,6 +112,11 @@ func importStream(ctx context.Context, im *importer, next iter.Seq2[upstream.Lis
 	if err := im.tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&im.maxID); err != nil {
 		return 0, fmt.Errorf("largest id: %w", err)
 	}
+	defer func() {
+		if im.closeInsert != nil {
+			_ = im.closeInsert() // the rollback or commit that follows ends it anyway
+		}
+	}()
 	b := &batch{}
 	flush := func() error {
 		if len(b.given) == 0 {
@@ -140,11 +145,7 @@ func importStream(ctx context.Context, im *importer, next iter.Seq2[upstream.Lis
 			}
 		}
 	}
-	err := flush()
-	if im.closeInsert != nil {
-		err = errors.Join(err, im.closeInsert())
-	}
-	if err != nil {
+	if err := flush(); err != nil {
 		return 0, err
 	}
 	for id, f := range im.firms {
