@@ -492,6 +492,9 @@ func (im *importer) freeNo(ctx context.Context, firmID, from int64) (no int64, e
 // store refuses one (a constraint that the lookups did not foresee), it
 // goes back and inserts them one at a time to name the entry at fault.
 func (im *importer) insert(ctx context.Context, b *batch) error {
+	if len(b.rows) == 1 { // POST /realty: its own error names it, no savepoint needed
+		return im.insertOne(ctx, b, 0)
+	}
 	if err := im.tx.Exec(ctx, `SAVEPOINT import_batch`); err != nil {
 		return err
 	}
@@ -505,24 +508,29 @@ func (im *importer) insert(ctx context.Context, b *batch) error {
 	if err := im.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT import_batch`); err != nil {
 		return err
 	}
-	one := insertStatement(1)
-	for i, row := range b.rows {
-		err := im.tx.Exec(ctx, one, row...)
-		if ce := im.constraintError(err); ce != nil {
-			l := b.entries[i]
-			return im.fault(im.done+i, b.given[i], reject("listing %d or %s: %w", l.ID, l.ListingID, ce))
-		}
-		if err != nil {
+	for i := range b.rows {
+		if err := im.insertOne(ctx, b, i); err != nil {
 			return err
 		}
 	}
 	return fmt.Errorf("bulk insert refused, row by row accepted: %w", err)
 }
 
+// insertOne inserts the batch's row i alone; a constraint violation is
+// that entry's fault.
+func (im *importer) insertOne(ctx context.Context, b *batch, i int) error {
+	err := im.tx.Exec(ctx, insertStatement(1), b.rows[i]...)
+	if ce := im.constraintError(err); ce != nil {
+		l := b.entries[i]
+		return im.fault(im.done+i, b.given[i], reject("listing %d or %s: %w", l.ID, l.ListingID, ce))
+	}
+	return err
+}
+
 // bulk inserts rows: by COPY where the transaction can, else in multi-row
 // INSERTs of insertChunk rows.
 func (im *importer) bulk(ctx context.Context, rows [][]any) error {
-	if c, ok := im.tx.(Copier); ok {
+	if c, ok := im.tx.(Copier); ok && len(rows) >= copyMin {
 		return c.CopyFrom(ctx, "listings", importColumns, rows)
 	}
 	args := make([]any, 0, insertChunk*len(importColumns))
@@ -553,6 +561,10 @@ func (im *importer) bulk(ctx context.Context, rows [][]any) error {
 	}
 	return nil
 }
+
+// copyMin is the fewest rows that go by COPY: it asks the table's column
+// types first, a round trip that a few rows' INSERT does not need.
+const copyMin = 16
 
 // insertStatement inserts n rows of importColumns.
 func insertStatement(n int) string {
