@@ -28,7 +28,7 @@ const (
 	// breakerProbes is the store breaker's half-open probes: that many
 	// store reads in a row close it again.
 	breakerProbes = 3
-	// storeLatency is added to the store's replies in phase g, well within
+	// storeLatency is added to the store's replies in phase g, far within
 	// GATEWAY_STORE_TIMEOUT, so that store reads are in flight at any time.
 	storeLatency = 50 * time.Millisecond
 )
@@ -73,8 +73,11 @@ func TestFaults(t *testing.T) {
 		"GATEWAY_BREAKER_MIN_REQUESTS": "5",
 		"GATEWAY_BREAKER_OPEN_FOR":     "1s",
 		"GATEWAY_BREAKER_PROBES":       fmt.Sprint(breakerProbes),
-		"GATEWAY_STORE_TIMEOUT":        "500ms",
-		"GATEWAY_SHUTDOWN_DELAY":       "1s",
+		// 40 times the latency phase g adds: a store call that a busy
+		// machine slows is still answered, so that only the faults make
+		// 503s.
+		"GATEWAY_STORE_TIMEOUT":  "2s",
+		"GATEWAY_SHUTDOWN_DELAY": "1s",
 		// Every login of the suite comes from one address with one key;
 		// the login limits are not what it tests.
 		"GATEWAY_LOGIN_IP_ATTEMPTS":  "1000000",
