@@ -121,6 +121,7 @@ type phaseResult struct {
 	c500                        int
 	s503, expected503           int
 	unexpected5xx               int
+	bothDown503                 int // 503s to keys cached in Redis, in a store fault
 	wrong                       int
 	stale, hits, misses         int
 	logins, loginOK, login503   int
@@ -236,6 +237,12 @@ func (r *phaseResult) add(o outcome) {
 		(o.login || o.checked && !o.cachedBefore)
 	if expected {
 		r.expected503++
+		return
+	}
+	if o.status == http.StatusServiceUnavailable && o.retryAfter && r.spec.storeFault && o.checked && o.cachedBefore {
+		// Cached in Redis, but the read of it failed too: right only where
+		// Redis failed meanwhile, which the phase checks (bothDown503).
+		r.bothDown503++
 		return
 	}
 	if o.status == http.StatusInternalServerError {
