@@ -167,20 +167,11 @@ func TestServerTimeoutsThroughListener(t *testing.T) {
 	// headroom.
 	const readTimeout, idleTimeout = time.Second, 2 * time.Second
 	f := newFixtureWith(t, func(c *Config) { c.ReadTimeout, c.IdleTimeout = readTimeout, idleTimeout }, NoPurge{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = f.app.Listener(Listener(ln)) }()
-	t.Cleanup(func() { _ = f.app.Shutdown() })
+	addr := serveThroughListener(t, f)
 	auth := bearer(t, 1, 1)
 	dial := func(t *testing.T) (net.Conn, *bufio.Reader) {
 		t.Helper()
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
+		c := dialGateway(t, addr)
 		return c, bufio.NewReader(c)
 	}
 	get := func(t *testing.T, c net.Conn, r *bufio.Reader) {
@@ -270,17 +261,7 @@ func TestConnectionRemembersItsToken(t *testing.T) {
 // as its own principal.
 func TestConnectionTokenIsCheckedOnEveryUse(t *testing.T) {
 	f := newFixture(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = f.app.Listener(Listener(ln)) }()
-	t.Cleanup(func() { _ = f.app.Shutdown() })
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialGateway(t, serveThroughListener(t, f))
 	r := bufio.NewReader(c)
 	status := func(path, auth string) int {
 		t.Helper()
@@ -391,17 +372,7 @@ func TestHeldWriteGoesBeforeTheClose(t *testing.T) {
 // buffer (the API description) arrives whole, twice on one connection.
 func TestLargeResponseThroughListener(t *testing.T) {
 	f := newFixture(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = f.app.Listener(Listener(ln)) }()
-	t.Cleanup(func() { _ = f.app.Shutdown() })
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialGateway(t, serveThroughListener(t, f))
 	r := bufio.NewReader(c)
 	for range 2 {
 		if _, err := io.WriteString(c, "GET /openapi.yaml HTTP/1.1\r\nHost: gw\r\n\r\n"); err != nil {
@@ -417,4 +388,28 @@ func TestLargeResponseThroughListener(t *testing.T) {
 			t.Fatalf("status %d, %d bytes (%v); want the %d-byte API description", resp.StatusCode, len(body), err, len(openAPIYAML))
 		}
 	}
+}
+
+// serveThroughListener serves f's app as serve does, through Listener, and
+// returns its address.
+func serveThroughListener(t *testing.T, f fixture) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = f.app.Listener(Listener(ln)) }()
+	t.Cleanup(func() { _ = f.app.Shutdown() })
+	return ln.Addr().String()
+}
+
+// dialGateway opens a connection to addr, closed when the test ends.
+func dialGateway(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
