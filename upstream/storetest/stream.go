@@ -48,12 +48,7 @@ func streamFile(f fixture, n int) []upstream.Listing {
 func testImportStream(t *testing.T, open func(t *testing.T) upstream.Store) {
 	const n = 4_500
 	ctx := context.Background()
-	s := open(t)
-	si, ok := s.(upstream.StreamImporter)
-	if !ok {
-		t.Skip("not a StreamImporter")
-	}
-	f := seed(t, s)
+	s, si, f := openStreamImporter(t, open)
 	give := streamFile(f, n)
 	var got []upstream.Listing
 	calls := 0
@@ -146,12 +141,7 @@ func testImportStreamRejects(t *testing.T, open func(t *testing.T) upstream.Stor
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			s := open(t)
-			si, ok := s.(upstream.StreamImporter)
-			if !ok {
-				t.Skip("not a StreamImporter")
-			}
-			f := seed(t, s)
+			s, si, f := openStreamImporter(t, open)
 			_, err := si.ImportStream(ctx, tt.give(f), nil)
 			var ie *upstream.ImportError
 			switch {
@@ -170,4 +160,16 @@ func testImportStreamRejects(t *testing.T, open func(t *testing.T) upstream.Stor
 			}
 		})
 	}
+}
+
+// openStreamImporter opens a seeded store, skipping the test where it does
+// not stream imports.
+func openStreamImporter(t *testing.T, open func(t *testing.T) upstream.Store) (upstream.Store, upstream.StreamImporter, fixture) {
+	t.Helper()
+	s := open(t)
+	si, ok := s.(upstream.StreamImporter)
+	if !ok {
+		t.Skip("not a StreamImporter")
+	}
+	return s, si, seed(t, s)
 }
