@@ -30,15 +30,7 @@ func TestHotHitAllocatesNothing(t *testing.T) {
 			auth := bearer(t, 1, 1)
 			var ctx fasthttp.RequestCtx
 			serve := func() {
-				ctx.Init2(benchConn{}, nil, false)
-				ctx.Request.Reset()
-				ctx.Response.Reset()
-				ctx.Request.SetRequestURI("/realty/1")
-				ctx.Request.Header.SetMethod(fasthttp.MethodGet)
-				ctx.Request.Header.Set(fasthttp.HeaderAuthorization, auth)
-				if ae != "" {
-					ctx.Request.Header.Set(fasthttp.HeaderAcceptEncoding, ae)
-				}
+				resetGet(&ctx, "/realty/1", auth, ae)
 				handler(&ctx)
 				if ctx.Response.StatusCode() != 200 {
 					t.Fatalf("status %d", ctx.Response.StatusCode())

@@ -38,16 +38,7 @@ func BenchmarkView(b *testing.B) {
 			if forget {
 				f.srv.verified.InvalidateAll()
 			}
-			// As fasthttp's server does for each request: the request's
-			// time is read once, before the handler.
-			ctx.Init2(benchConn{}, nil, false)
-			ctx.Request.Reset()
-			ctx.Response.Reset()
-			ctx.Request.SetRequestURI(path)
-			ctx.Request.Header.SetMethod(fasthttp.MethodGet)
-			if authorization != "" {
-				ctx.Request.Header.Set(fasthttp.HeaderAuthorization, authorization)
-			}
+			resetGet(&ctx, path, authorization, "")
 			handler(&ctx)
 			if ctx.Response.StatusCode() != want {
 				b.Fatalf("status %d, want %d", ctx.Response.StatusCode(), want)
@@ -115,12 +106,7 @@ func BenchmarkView(b *testing.B) {
 		var ctx fasthttp.RequestCtx
 		b.ReportAllocs()
 		for b.Loop() {
-			ctx.Init2(benchConn{}, nil, false)
-			ctx.Request.Reset()
-			ctx.Response.Reset()
-			ctx.Request.SetRequestURI("/realty/1")
-			ctx.Request.Header.SetMethod(fasthttp.MethodGet)
-			ctx.Request.Header.Set(fasthttp.HeaderAuthorization, auth)
+			resetGet(&ctx, "/realty/1", auth, "")
 			bareHandler(&ctx)
 			if ctx.Response.StatusCode() != 200 {
 				b.Fatal(ctx.Response.StatusCode())
@@ -184,12 +170,7 @@ func newServedRedis(tb testing.TB) (serve func(*fasthttp.RequestCtx), listings *
 	handler := f.app.Handler()
 	auth := bearer(tb, 1, 1)
 	serve = func(ctx *fasthttp.RequestCtx) {
-		ctx.Init2(benchConn{}, nil, false)
-		ctx.Request.Reset()
-		ctx.Response.Reset()
-		ctx.Request.SetRequestURI("/realty/1")
-		ctx.Request.Header.SetMethod(fasthttp.MethodGet)
-		ctx.Request.Header.Set(fasthttp.HeaderAuthorization, auth)
+		resetGet(ctx, "/realty/1", auth, "")
 		handler(ctx)
 	}
 	var first, second fasthttp.RequestCtx
@@ -207,3 +188,20 @@ type benchConn struct{ net.Conn }
 
 func (benchConn) LocalAddr() net.Addr  { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080} }
 func (benchConn) RemoteAddr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000} }
+
+// resetGet makes ctx a new GET of path, as fasthttp's server does for each
+// request (the request's time is read once, before the handler), with the
+// Authorization and Accept-Encoding given (none where empty).
+func resetGet(ctx *fasthttp.RequestCtx, path, authorization, acceptEncoding string) {
+	ctx.Init2(benchConn{}, nil, false)
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	ctx.Request.SetRequestURI(path)
+	ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+	if authorization != "" {
+		ctx.Request.Header.Set(fasthttp.HeaderAuthorization, authorization)
+	}
+	if acceptEncoding != "" {
+		ctx.Request.Header.Set(fasthttp.HeaderAcceptEncoding, acceptEncoding)
+	}
+}
