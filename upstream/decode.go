@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -67,12 +66,6 @@ func validImageType(s string) bool {
 
 func validFileStatus(s string) bool { return s == statusApproved }
 
-// serverSet are the members the server assigns. A write body may carry
-// them (a GET-then-PUT round trip); they are ignored unless kept.
-func serverSet() []string {
-	return []string{"id", "listingId", "firmId", "firmUserId", "createdDate", "updatedDate"}
-}
-
 // DecodeListing parses a listing body strictly: unknown members and wrong
 // types are reported for every member, not just the first. Top-level
 // latitude, longitude and nearLocation move into location; isActive
@@ -80,8 +73,13 @@ func serverSet() []string {
 // (imports) the server-set members are taken from the body, else ignored.
 // The result is validated; a bad body returns a *ValidationError.
 func DecodeListing(body []byte, keepServerSet bool) (Listing, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+	if !json.Valid(body) {
+		return Listing{}, Invalid("", "the body must be a JSON object")
+	}
+	l := Listing{IsActive: true}
+	lv := reflect.ValueOf(&l).Elem()
+	top, ok := splitObject(body, fieldsOf(lv.Type()))
+	if !ok {
 		return Listing{}, Invalid("", "the body must be a JSON object")
 	}
 	var coords struct {
@@ -90,19 +88,24 @@ func DecodeListing(body []byte, keepServerSet bool) (Listing, error) {
 		NearLocation *bool    `json:"nearLocation"`
 	}
 	d := decoder{noun: "a listing", intRange: IntRange}
-	for _, name := range []string{"latitude", "longitude", "nearLocation"} {
-		if raw, ok := top[name]; ok {
-			d.object(map[string]json.RawMessage{name: raw}, reflect.ValueOf(&coords).Elem(), "")
-			delete(top, name)
+	own := top[:0]
+	for _, m := range top {
+		switch m.name {
+		case "latitude", "longitude", "nearLocation":
+			d.object([]member{m}, reflect.ValueOf(&coords).Elem())
+		// The members the server assigns: a write body may carry them (a
+		// GET-then-PUT round trip); they are ignored unless kept, and
+		// listingId, made of firmId and no, always.
+		case "listingId":
+		case "id", "firmId", "firmUserId", "createdDate", "updatedDate":
+			if keepServerSet {
+				own = append(own, m)
+			}
+		default:
+			own = append(own, m)
 		}
 	}
-	for _, name := range serverSet() {
-		if !keepServerSet || name == "listingId" {
-			delete(top, name)
-		}
-	}
-	l := Listing{IsActive: true}
-	d.object(top, reflect.ValueOf(&l).Elem(), "")
+	d.object(own, lv)
 	move(&d, "latitude", coords.Latitude, &l.Location.Latitude)
 	move(&d, "longitude", coords.Longitude, &l.Location.Longitude)
 	move(&d, "nearLocation", coords.NearLocation, &l.Location.NearLocation)
@@ -142,7 +145,7 @@ func move[T any](d *decoder, name string, top *T, inLocation **T) {
 	switch {
 	case top == nil:
 	case *inLocation != nil:
-		d.fail(name, "is also given as location."+name+"; give it once, in location")
+		d.errs = append(d.errs, FieldError{Field: name, Message: "is also given as location." + name + "; give it once, in location"})
 	default:
 		*inLocation = top
 	}
@@ -155,10 +158,11 @@ func (l *Listing) validate() []FieldError {
 	fail := func(field, format string, args ...any) {
 		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
 	}
-	number := func(field string, v int64) {
-		var ve *ValidationError
-		if errors.As(CheckNumber(field, v), &ve) {
-			errs = append(errs, ve.Fields...)
+	// number checks an id or number of IntRange [1, hi], 0 meaning
+	// "assign one", as CheckNumber does; field is named only on a fault.
+	number := func(field func() string, v, hi int64) {
+		if v != 0 && (v < 1 || v > hi) {
+			errs = append(errs, FieldError{Field: field(), Message: outOfRange(1, hi)})
 		}
 	}
 	text := func(field string, s *string, limit int) {
@@ -184,37 +188,42 @@ func (l *Listing) validate() []FieldError {
 	if lon := l.Location.Longitude; lon != nil && (*lon < -180 || *lon > 180) {
 		fail("location.longitude", "must be within [-180, 180]")
 	}
-	number("id", l.ID) // non-zero in imports only
-	number("no", l.No)
+	number(func() string { return "id" }, l.ID, MaxNumber) // non-zero in imports only
+	number(func() string { return "no" }, l.No, MaxNumber)
 	text("note", l.Note, MaxNoteRunes)
 	text("attributes.title", l.Attributes.Title, MaxTitleRunes)
 	text("attributes.description", l.Attributes.Description, MaxDescriptionRunes)
 	text("attributes.note", l.Attributes.Note, MaxNoteRunes)
-	for field, s := range map[string]*string{
-		"realtyDetailUrl": l.RealtyDetailURL, "realtyIdentificationNo": l.RealtyIdentificationNo,
-		"energyDocumentNo": l.EnergyDocumentNo, "location.cityName": l.Location.CityName,
-		"location.countyName": l.Location.CountyName, "location.districtName": l.Location.DistrictName,
-		"attributes.housingComplexName":  l.Attributes.HousingComplexName,
-		"attributes.priceCurrencyType":   l.Attributes.PriceCurrencyType,
-		"attributes.feeCurrencyType":     l.Attributes.FeeCurrencyType,
-		"attributes.rentalCurrencyType":  l.Attributes.RentalCurrencyType,
-		"attributes.depositCurrencyType": l.Attributes.DepositCurrencyType,
+	for _, t := range [...]struct {
+		field string
+		s     *string
+	}{
+		{"realtyDetailUrl", l.RealtyDetailURL}, {"realtyIdentificationNo", l.RealtyIdentificationNo},
+		{"energyDocumentNo", l.EnergyDocumentNo}, {"location.cityName", l.Location.CityName},
+		{"location.countyName", l.Location.CountyName}, {"location.districtName", l.Location.DistrictName},
+		{"attributes.housingComplexName", l.Attributes.HousingComplexName},
+		{"attributes.priceCurrencyType", l.Attributes.PriceCurrencyType},
+		{"attributes.feeCurrencyType", l.Attributes.FeeCurrencyType},
+		{"attributes.rentalCurrencyType", l.Attributes.RentalCurrencyType},
+		{"attributes.depositCurrencyType", l.Attributes.DepositCurrencyType},
 	} {
-		text(field, s, MaxTextRunes)
+		text(t.field, t.s, MaxTextRunes)
 	}
 	if len(l.RealtyFiles) > MaxFiles {
 		fail("realtyFiles", "must have at most %d items", MaxFiles)
 	}
 	for i, f := range l.RealtyFiles {
-		field := "realtyFiles[" + strconv.Itoa(i) + "]"
+		field := func(member string) string { return "realtyFiles[" + strconv.Itoa(i) + "]." + member }
 		if f.ImageType != nil && !validImageType(*f.ImageType) {
-			fail(field+".imageType", "must be one of %s", imageTypes)
+			fail(field("imageType"), "must be one of %s", imageTypes)
 		}
 		if f.Status != nil && !validFileStatus(*f.Status) {
-			fail(field+".status", "must be one of %s", fileStatuses)
+			fail(field("status"), "must be one of %s", fileStatuses)
 		}
-		number(field+".id", f.ID)
-		text(field+".imageUrl", f.ImageURL, MaxTextRunes)
+		number(func() string { return field("id") }, f.ID, MaxFileID)
+		if f.ImageURL != nil && utf8.RuneCountInString(*f.ImageURL) > MaxTextRunes {
+			text(field("imageUrl"), f.ImageURL, MaxTextRunes)
+		}
 	}
 	return errs
 }

@@ -4,16 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"reflect"
-	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
 // decoder fills a struct from JSON members by their json tags, strictly:
 // it takes no unknown member and no value of the wrong type, and collects
-// a FieldError for every member it cannot take, not just the first.
+// a FieldError for every member it cannot take, not just the first. Its
+// input is a part of a document that json.Valid accepted.
 type decoder struct {
 	// noun names what is decoded, as in "is not a member of a listing".
 	noun string
@@ -21,31 +21,63 @@ type decoder struct {
 	// an integer too large for an int64.
 	intRange func(path string) (lo, hi int64)
 	errs     []FieldError
+	// path is the member being decoded, as "realtyFiles[2].id": built in
+	// place as the decoder descends, and copied only into an error.
+	path []byte
 }
 
-func (d *decoder) fail(field, message string) {
-	d.errs = append(d.errs, FieldError{Field: field, Message: message})
+// fail records message for the member being decoded.
+func (d *decoder) fail(message string) {
+	d.errs = append(d.errs, FieldError{Field: string(d.path), Message: message})
 }
 
-func (d *decoder) object(members map[string]json.RawMessage, v reflect.Value, path string) {
-	fields := make(map[string]int, v.NumField())
-	for i := range v.NumField() {
-		if tag := v.Type().Field(i).Tag.Get("json"); tag != "" && tag != "-" {
-			fields[tag] = i
+// object decodes members, sorted by name and each named once (as
+// splitObject returns them), into the struct v.
+func (d *decoder) object(members []member, v reflect.Value) {
+	fields := fieldsOf(v.Type())
+	for _, m := range members {
+		n := len(d.path)
+		if n > 0 {
+			d.path = append(d.path, '.')
+		}
+		d.path = append(d.path, m.name...)
+		if f, ok := fields[m.name]; ok {
+			d.value(m.value, v.Field(f.index))
+		} else {
+			d.fail("is not a member of " + d.noun)
+		}
+		d.path = d.path[:n]
+	}
+}
+
+// field is a struct field by its json tag: the tag, kept once, and the
+// field's index.
+type field struct {
+	name  string
+	index int
+}
+
+// fieldIndexes holds each struct type's fields by json tag, as
+// encoding/json caches its field lists: facts about types, each stored
+// once and never changed, so any goroutine may read them.
+var fieldIndexes sync.Map // reflect.Type → map[string]field
+
+func fieldsOf(t reflect.Type) map[string]field {
+	if f, ok := fieldIndexes.Load(t); ok {
+		return f.(map[string]field)
+	}
+	fields := make(map[string]field, t.NumField())
+	for i := range t.NumField() {
+		if tag := t.Field(i).Tag.Get("json"); tag != "" && tag != "-" {
+			fields[tag] = field{name: tag, index: i}
 		}
 	}
-	for _, name := range sortedKeys(members) {
-		i, ok := fields[name]
-		if !ok {
-			d.fail(join(path, name), "is not a member of "+d.noun)
-			continue
-		}
-		d.value(members[name], v.Field(i), join(path, name))
-	}
+	f, _ := fieldIndexes.LoadOrStore(t, fields)
+	return f.(map[string]field)
 }
 
-func (d *decoder) value(raw json.RawMessage, v reflect.Value, path string) {
-	isNull := bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+func (d *decoder) value(raw json.RawMessage, v reflect.Value) {
+	isNull := string(raw) == "null"
 	switch v.Kind() {
 	case reflect.Pointer:
 		if isNull {
@@ -53,33 +85,36 @@ func (d *decoder) value(raw json.RawMessage, v reflect.Value, path string) {
 			return
 		}
 		p := reflect.New(v.Type().Elem())
-		d.value(raw, p.Elem(), path)
+		d.value(raw, p.Elem())
 		v.Set(p)
 	case reflect.Struct:
-		var members map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &members); err != nil || members == nil {
-			d.fail(path, "must be an object")
+		members, ok := splitObject(raw, fieldsOf(v.Type()))
+		if !ok {
+			d.fail("must be an object")
 			return
 		}
-		d.object(members, v, path)
+		d.object(members, v)
 	case reflect.Slice:
-		var items []json.RawMessage
 		if isNull {
 			v.SetZero()
 			return
 		}
-		if err := json.Unmarshal(raw, &items); err != nil {
-			d.fail(path, "must be an array")
+		items, ok := splitArray(raw)
+		if !ok {
+			d.fail("must be an array")
 			return
 		}
 		s := reflect.MakeSlice(v.Type(), len(items), len(items))
+		n := len(d.path)
 		for i, item := range items {
-			d.value(item, s.Index(i), path+"["+strconv.Itoa(i)+"]")
+			d.path = append(strconv.AppendInt(append(d.path, '['), int64(i), 10), ']')
+			d.value(item, s.Index(i))
+			d.path = d.path[:n]
 		}
 		v.Set(s)
 	default:
 		if isNull {
-			d.fail(path, "must not be null")
+			d.fail("must not be null")
 			return
 		}
 		if fastScalar(raw, v) {
@@ -90,9 +125,9 @@ func (d *decoder) value(raw json.RawMessage, v reflect.Value, path string) {
 		case err == nil:
 		case v.Kind() == reflect.Int64 && isIntegerLiteral(raw):
 			// An integer that does not fit an int64.
-			d.fail(path, outOfRange(d.intRange(path)))
+			d.fail(outOfRange(d.intRange(string(d.path))))
 		default:
-			d.fail(path, "must be "+kindName(v.Kind()))
+			d.fail("must be " + kindName(v.Kind()))
 		}
 	}
 }
@@ -166,17 +201,6 @@ func kindName(k reflect.Kind) string {
 	default:
 		return "a " + k.String()
 	}
-}
-
-func join(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
-}
-
-func sortedKeys(m map[string]json.RawMessage) []string {
-	return slices.Sorted(maps.Keys(m))
 }
 
 func outOfRange(lo, hi int64) string {

@@ -1,0 +1,152 @@
+package upstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// The splitters cut a JSON object or array into its members as
+// json.Unmarshal into a map[string]json.RawMessage or a
+// []json.RawMessage does, without decoding the values: DecodeListing
+// checks the whole document once with json.Valid, and each level of the
+// strict decoder then splits only its own part. Given anything but a part
+// of a valid document their result is undefined.
+
+// member is one member of a JSON object.
+type member struct {
+	name  string
+	value json.RawMessage
+}
+
+// splitObject returns raw's members sorted by name, names unescaped; a
+// name given twice keeps its last value. A name that known holds is
+// shared with it, not allocated. It reports false when raw is not an
+// object (null included), and then returns nil.
+func splitObject(raw []byte, known map[string]field) ([]member, bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, false
+	}
+	members := make([]member, 0, len(known))
+	if i = skipSpace(raw, i+1); raw[i] == '}' {
+		return members, true
+	}
+	for {
+		end := stringEnd(raw, i)
+		name := memberName(raw[i:end], known)
+		i = skipSpace(raw, skipSpace(raw, end)+1) // past the colon
+		end = valueEnd(raw, i)
+		members = append(members, member{name: name, value: raw[i:end:end]})
+		if i = skipSpace(raw, end); raw[i] == '}' {
+			break
+		}
+		i = skipSpace(raw, i+1) // past the comma
+	}
+	slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(a.name, b.name) })
+	unique := members[:0]
+	for k, m := range members {
+		if k+1 < len(members) && members[k+1].name == m.name {
+			continue // a later value of the same name replaces it
+		}
+		unique = append(unique, m)
+	}
+	return unique, true
+}
+
+// splitArray returns raw's items. It reports false when raw is not an
+// array (null included), and then returns nil.
+func splitArray(raw []byte) ([]json.RawMessage, bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return nil, false
+	}
+	items := []json.RawMessage{}
+	if i = skipSpace(raw, i+1); raw[i] == ']' {
+		return items, true
+	}
+	for {
+		end := valueEnd(raw, i)
+		items = append(items, raw[i:end:end])
+		if i = skipSpace(raw, end); raw[i] == ']' {
+			return items, true
+		}
+		i = skipSpace(raw, i+1)
+	}
+}
+
+// memberName unquotes a member's name: as it is where it has no escape
+// and is valid UTF-8, else as json.Unmarshal decodes it.
+func memberName(quoted []byte, known map[string]field) string {
+	name := quoted[1 : len(quoted)-1]
+	if f, ok := known[string(name)]; ok {
+		return f.name // a name without escapes, and valid UTF-8
+	}
+	if bytes.IndexByte(name, '\\') < 0 && utf8.Valid(name) {
+		return string(name)
+	}
+	var s string
+	_ = json.Unmarshal(quoted, &s) // a valid document's string
+	return s
+}
+
+func skipSpace(raw []byte, i int) int {
+	for i < len(raw) {
+		switch raw[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// stringEnd returns the index just past the string that starts at i.
+func stringEnd(raw []byte, i int) int {
+	for i++; i < len(raw); i++ {
+		switch raw[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(raw)
+}
+
+// valueEnd returns the index just past the value that starts at i.
+func valueEnd(raw []byte, i int) int {
+	switch raw[i] {
+	case '"':
+		return stringEnd(raw, i)
+	case '{', '[':
+		depth := 0
+		for i < len(raw) {
+			switch raw[i] {
+			case '"':
+				i = stringEnd(raw, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(raw)
+	default: // a number, true, false or null
+		for i < len(raw) {
+			switch raw[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
