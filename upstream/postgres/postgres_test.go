@@ -322,3 +322,55 @@ func BenchmarkRead(b *testing.B) {
 	defer s.Close()
 	storetest.BenchRead(b, s)
 }
+
+// An import compresses what TOAST compresses with lz4 where the server
+// has it (pglz otherwise), and any session reads it back.
+func TestImportCompressesWithLz4(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.PostgresURL(t)
+	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
+	s = storetest.Opened(t, s, err)
+	firm, err := s.AddFirm(ctx, "Firm A", []byte("digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "a@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	description := strings.Repeat("Bright three-room flat close to the ferry. ", 80) // 3.4 KB, compressible
+	stored, err := s.ImportListings(ctx, []upstream.Listing{{Title: "Flat", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true,
+		Attributes: upstream.Attributes{Description: &description}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, url)
+	want := "pglz"
+	var lz4 bool
+	if err := conn.QueryRow(ctx, `SELECT COALESCE(bool_or(enumvals @> ARRAY['lz4']), false) FROM pg_settings
+		WHERE name = 'default_toast_compression'`).Scan(&lz4); err != nil {
+		t.Fatal(err)
+	}
+	if lz4 {
+		want = "lz4"
+	}
+	var document, body *string
+	if err := conn.QueryRow(ctx, `SELECT pg_column_compression(document), pg_column_compression(body) FROM listings WHERE id = $1`,
+		stored[0].ID).Scan(&document, &body); err != nil {
+		t.Fatal(err)
+	}
+	if document == nil || *document != want || body == nil || *body != want {
+		t.Fatalf("the imported document and body are compressed with %v and %v; want %s", deref(document), deref(body), want)
+	}
+	got, err := s.ListingByID(ctx, stored[0].ID)
+	if err != nil || got.Attributes.Description == nil || *got.Attributes.Description != description {
+		t.Fatalf("read back: %v", err)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "nothing"
+	}
+	return *s
+}

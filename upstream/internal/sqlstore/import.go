@@ -59,6 +59,8 @@ type importer struct {
 	insertQuery     string // a multi-row INSERT of insertChunk rows
 	insertChunk     func(ctx context.Context, args ...any) error
 	closeInsert     func() error
+	lookupsSetting  string // Engine.ImportLookups
+	writesSetting   string // Engine.ImportWrites
 	now             int64
 	maxID           int64           // the largest id in the store and the file so far
 	firms           map[int64]*firm // nil: no such firm
@@ -160,6 +162,9 @@ func importStream(ctx context.Context, im *importer, next iter.Seq2[upstream.Lis
 
 // store settles and writes one batch.
 func (im *importer) store(ctx context.Context, b *batch) error {
+	if err := im.setting(ctx, im.lookupsSetting); err != nil {
+		return err
+	}
 	if err := im.prefetch(ctx, b); err != nil {
 		return err
 	}
@@ -172,7 +177,21 @@ func (im *importer) store(ctx context.Context, b *batch) error {
 			return im.fault(im.done+i, l, err)
 		}
 	}
+	if err := im.setting(ctx, im.writesSetting); err != nil {
+		return err
+	}
 	return im.insert(ctx, b)
+}
+
+// setting runs one of the engine's import settings, where it has one.
+func (im *importer) setting(ctx context.Context, statement string) error {
+	if statement == "" {
+		return nil
+	}
+	if err := im.tx.Exec(ctx, statement); err != nil {
+		return fmt.Errorf("import setting: %w", err)
+	}
+	return nil
 }
 
 // fault names entry index as the cause of err where err is the entry's

@@ -38,6 +38,9 @@ type Engine struct {
 	// never pick the same free id or number. It is empty where every
 	// transaction holds the write lock from BEGIN.
 	ImportLock string
+	// ImportLookups and ImportWrites, where set, run before each batch's
+	// lookups and before its writes: the engine's settings for each part.
+	ImportLookups, ImportWrites string
 	// ConstraintError returns the domain error of a constraint violation,
 	// upstream.ErrConflict for a unique key and upstream.ErrInvalid for a
 	// foreign key, and nil for any other error.
@@ -625,6 +628,7 @@ func (s *Store) ImportStream(ctx context.Context, next iter.Seq2[upstream.Listin
 		}
 		im := &importer{
 			tx: itx, constraintError: s.e.ConstraintError, insertQuery: insertStatement(insertChunk),
+			lookupsSetting: s.e.ImportLookups, writesSetting: s.e.ImportWrites,
 			now: time.Now().UnixMilli(), firms: map[int64]*firm{}, users: map[int64]int64{},
 		}
 		n, err = importStream(ctx, im, next, stored)
