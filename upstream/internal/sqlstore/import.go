@@ -57,6 +57,7 @@ type importer struct {
 	tx              ImportTx
 	constraintError func(error) error
 	insertQuery     string // a multi-row INSERT of insertChunk rows
+	positional      bool   // Engine.PositionalImport
 	insertChunk     func(ctx context.Context, args ...any) error
 	closeInsert     func() error
 	lookupsSetting  string // Engine.ImportLookups
@@ -538,7 +539,7 @@ func (im *importer) insert(ctx context.Context, b *batch) error {
 // insertOne inserts the batch's row i alone; a constraint violation is
 // that entry's fault.
 func (im *importer) insertOne(ctx context.Context, b *batch, i int) error {
-	err := im.tx.Exec(ctx, insertStatement(1), b.rows[i]...)
+	err := im.tx.Exec(ctx, insertStatement(1, false), b.rows[i]...)
 	if ce := im.constraintError(err); ce != nil {
 		l := b.entries[i]
 		return im.fault(im.done+i, b.given[i], reject("listing %d or %s: %w", l.ID, l.ListingID, ce))
@@ -562,7 +563,7 @@ func (im *importer) bulk(ctx context.Context, rows [][]any) error {
 		var err error
 		switch p, ok := im.tx.(Preparer); {
 		case n < insertChunk:
-			err = im.tx.Exec(ctx, insertStatement(n), args...)
+			err = im.tx.Exec(ctx, insertStatement(n, im.positional), args...)
 		case ok && im.insertChunk == nil:
 			if im.insertChunk, im.closeInsert, err = p.Prepare(ctx, im.insertQuery); err != nil {
 				return err
@@ -585,7 +586,13 @@ func (im *importer) bulk(ctx context.Context, rows [][]any) error {
 // types first, a round trip that a few rows' INSERT does not need.
 const copyMin = 16
 
-// insertStatement inserts n rows of importColumns.
-func insertStatement(n int) string {
-	return `INSERT INTO listings (` + strings.Join(importColumns, ", ") + `) VALUES ` + placeholders(n, len(importColumns))
+// insertStatement inserts n rows of importColumns, with "?" parameters
+// where positional.
+func insertStatement(n int, positional bool) string {
+	values := placeholders(n, len(importColumns))
+	if positional {
+		row := "(" + strings.Repeat("?, ", len(importColumns)-1) + "?)"
+		values = strings.Repeat(row+", ", n-1) + row
+	}
+	return `INSERT INTO listings (` + strings.Join(importColumns, ", ") + `) VALUES ` + values
 }

@@ -41,6 +41,10 @@ type Engine struct {
 	// ImportLookups and ImportWrites, where set, run before each batch's
 	// lookups and before its writes: the engine's settings for each part.
 	ImportLookups, ImportWrites string
+	// PositionalImport writes an import's multi-row INSERTs with "?"
+	// parameters: SQLite binds "$n" by looking each name up in a list, so a
+	// statement's binding grows with the square of its parameters.
+	PositionalImport bool
 	// ConstraintError returns the domain error of a constraint violation,
 	// upstream.ErrConflict for a unique key and upstream.ErrInvalid for a
 	// foreign key, and nil for any other error.
@@ -627,7 +631,7 @@ func (s *Store) ImportStream(ctx context.Context, next iter.Seq2[upstream.Listin
 			}
 		}
 		im := &importer{
-			tx: itx, constraintError: s.e.ConstraintError, insertQuery: insertStatement(insertChunk),
+			tx: itx, constraintError: s.e.ConstraintError, insertQuery: insertStatement(insertChunk, s.e.PositionalImport), positional: s.e.PositionalImport,
 			lookupsSetting: s.e.ImportLookups, writesSetting: s.e.ImportWrites,
 			now: time.Now().UnixMilli(), firms: map[int64]*firm{}, users: map[int64]int64{},
 		}
