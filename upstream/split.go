@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -21,8 +20,8 @@ type member struct {
 	value json.RawMessage
 }
 
-// splitObject returns raw's members sorted by name, names unescaped; a
-// name given twice keeps its last value. A name that known holds is
+// splitObject returns raw's members in their order, names unescaped; a
+// name given twice keeps its last value, in its last place. A name that known holds is
 // shared with it, not allocated. It reports false when raw is not an
 // object (null included), and then returns nil.
 func splitObject(raw []byte, known map[string]field) ([]member, bool) {
@@ -45,13 +44,11 @@ func splitObject(raw []byte, known map[string]field) ([]member, bool) {
 		}
 		i = skipSpace(raw, i+1) // past the comma
 	}
-	slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(a.name, b.name) })
 	unique := members[:0]
 	for k, m := range members {
-		if k+1 < len(members) && members[k+1].name == m.name {
-			continue // a later value of the same name replaces it
+		if !slices.ContainsFunc(members[k+1:], func(later member) bool { return later.name == m.name }) {
+			unique = append(unique, m) // else a later value of the name replaces it
 		}
-		unique = append(unique, m)
 	}
 	return unique, true
 }

@@ -31,8 +31,8 @@ func (d *decoder) fail(message string) {
 	d.errs = append(d.errs, FieldError{Field: string(d.path), Message: message})
 }
 
-// object decodes members, sorted by name and each named once (as
-// splitObject returns them), into the struct v.
+// object decodes members, each named once (as splitObject returns them),
+// into the struct v.
 func (d *decoder) object(members []member, v reflect.Value) {
 	fields := fieldsOf(v.Type())
 	for _, m := range members {

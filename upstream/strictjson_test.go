@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -25,6 +26,7 @@ func TestDecoderReportsEveryBadMember(t *testing.T) {
 	}
 	d := decoder{noun: "a thing", intRange: func(string) (int64, int64) { return 1, 9 }}
 	d.object(members, reflect.ValueOf(&v).Elem())
+	slices.SortFunc(d.errs, func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
 	want := []FieldError{
 		{Field: "count", Message: "is out of range: must be within [1, 9]"},
 		{Field: "extra", Message: "is not a member of a thing"},
