@@ -76,6 +76,18 @@ func DecodeListing(body []byte, keepServerSet bool) (Listing, error) {
 	if !json.Valid(body) {
 		return Listing{}, Invalid("", "the body must be a JSON object")
 	}
+	return decodeListing(body, keepServerSet)
+}
+
+// DecodeValidListing is DecodeListing for a value that encoding/json has
+// checked already, such as the json.RawMessage a json.Decoder returns: it
+// skips the check, a pass over every byte. Given anything else it still
+// returns a listing or an error, but which is undefined.
+func DecodeValidListing(body json.RawMessage, keepServerSet bool) (Listing, error) {
+	return decodeListing(body, keepServerSet)
+}
+
+func decodeListing(body []byte, keepServerSet bool) (Listing, error) {
 	l := Listing{IsActive: true}
 	lv := reflect.ValueOf(&l).Elem()
 	top, ok := splitObject(body, fieldsOf(lv.Type()))

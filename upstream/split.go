@@ -12,7 +12,8 @@ import (
 // []json.RawMessage does, without decoding the values: DecodeListing
 // checks the whole document once with json.Valid, and each level of the
 // strict decoder then splits only its own part. Given anything but a part
-// of a valid document their result is undefined.
+// of a valid document they never panic, and what they return is
+// undefined.
 
 // member is one member of a JSON object.
 type member struct {
@@ -21,28 +22,43 @@ type member struct {
 }
 
 // splitObject returns raw's members in their order, names unescaped; a
-// name given twice keeps its last value, in its last place. A name that known holds is
-// shared with it, not allocated. It reports false when raw is not an
-// object (null included), and then returns nil.
+// name given twice keeps its last value, in its last place. A name that
+// known holds is shared with it, not allocated. It reports false when raw
+// is not an object (null included), and then returns nil.
 func splitObject(raw []byte, known map[string]field) ([]member, bool) {
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return nil, false
 	}
 	members := make([]member, 0, len(known))
-	if i = skipSpace(raw, i+1); raw[i] == '}' {
+	if i = skipSpace(raw, i+1); at(raw, i) == '}' {
 		return members, true
 	}
 	for {
+		if at(raw, i) != '"' {
+			return nil, false
+		}
 		end := stringEnd(raw, i)
+		if end-i < 2 || raw[end-1] != '"' {
+			return nil, false
+		}
 		name := memberName(raw[i:end], known)
-		i = skipSpace(raw, skipSpace(raw, end)+1) // past the colon
+		if i = skipSpace(raw, end); at(raw, i) != ':' {
+			return nil, false
+		}
+		if i = skipSpace(raw, i+1); i >= len(raw) {
+			return nil, false
+		}
 		end = valueEnd(raw, i)
 		members = append(members, member{name: name, value: raw[i:end:end]})
-		if i = skipSpace(raw, end); raw[i] == '}' {
+		i = skipSpace(raw, end)
+		if at(raw, i) == '}' {
 			break
 		}
-		i = skipSpace(raw, i+1) // past the comma
+		if at(raw, i) != ',' {
+			return nil, false
+		}
+		i = skipSpace(raw, i+1)
 	}
 	unique := members[:0]
 	for k, m := range members {
@@ -61,17 +77,32 @@ func splitArray(raw []byte) ([]json.RawMessage, bool) {
 		return nil, false
 	}
 	items := []json.RawMessage{}
-	if i = skipSpace(raw, i+1); raw[i] == ']' {
+	if i = skipSpace(raw, i+1); at(raw, i) == ']' {
 		return items, true
 	}
 	for {
+		if i >= len(raw) {
+			return nil, false
+		}
 		end := valueEnd(raw, i)
 		items = append(items, raw[i:end:end])
-		if i = skipSpace(raw, end); raw[i] == ']' {
+		i = skipSpace(raw, end)
+		if at(raw, i) == ']' {
 			return items, true
+		}
+		if at(raw, i) != ',' {
+			return nil, false
 		}
 		i = skipSpace(raw, i+1)
 	}
+}
+
+// at returns raw[i], or 0 past its end.
+func at(raw []byte, i int) byte {
+	if i < len(raw) {
+		return raw[i]
+	}
+	return 0
 }
 
 // memberName unquotes a member's name: as it is where it has no escape

@@ -20,12 +20,16 @@ func FuzzSplit(f *testing.F) {
 		`{"a":1,"a":{"x":2},"A":3}`, `{"title":1,"ti\u0074le":2,"title":3,"location":{}}`, `{"a\"b":"c\\","\u00e9":null,"\ud800":1}`, "{\"\xff\":1}",
 		`[1, "two", {"three":[3]}, [], {}, null, -1.5e3, false]`, `{"":""}`, "{\n\t\"a\"\r:\n[\n]\n}",
 		`{"title":"x","location":{"cityId":34,"latitude":40.98},"realtyFiles":[{"id":1},{"id":2}]}`,
+		`{"a"`, `{"a":`, `{"a":1`, `{"a" 1}`, `{"a":1 "b":2}`, `[1`, `[1 2]`, `[,]`, `{,}`, `{"\`, `"`, `{"a":[}`, `{`, `[`,
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if !json.Valid(raw) {
-			return // the splitters see only parts of a valid document
+			splitObject(raw, nil) // must not panic; the result is undefined
+			splitArray(raw)
+			_, _ = DecodeValidListing(raw, true)
+			return
 		}
 		var wantObject map[string]json.RawMessage
 		objectErr := json.Unmarshal(raw, &wantObject)

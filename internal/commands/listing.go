@@ -154,7 +154,7 @@ func readChunks(r io.Reader, out chan<- chan decoded, done <-chan struct{}) {
 func decodeEntries(base int, raws []json.RawMessage, err error) decoded {
 	ls := make([]upstream.Listing, 0, len(raws))
 	for i, raw := range raws {
-		l, derr := upstream.DecodeListing(raw, true)
+		l, derr := upstream.DecodeValidListing(raw, true) // checked by the json.Decoder
 		if derr != nil {
 			var id struct {
 				ID int64 `json:"id"`

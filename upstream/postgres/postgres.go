@@ -224,9 +224,18 @@ func (t transaction) Query(ctx context.Context, query string, args ...any) (sqls
 }
 
 // CopyFrom loads rows with COPY: an import's listings, whose row trigger
-// records each in the change feed as an INSERT would.
-func (t transaction) CopyFrom(ctx context.Context, table string, columns []string, rows [][]any) error {
-	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{table}, columns, pgx.CopyFromRows(rows))
+// records each in the change feed as an INSERT would. pgx encodes the
+// rows on a goroutine of its own and sends them as its buffer fills, so
+// the server stores the first rows while row makes the later ones.
+func (t transaction) CopyFrom(ctx context.Context, table string, columns []string, n int, row func(i int) ([]any, error)) error {
+	i := 0
+	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{table}, columns, pgx.CopyFromFunc(func() ([]any, error) {
+		if i == n {
+			return nil, nil
+		}
+		i++
+		return row(i - 1)
+	}))
 	return err
 }
 

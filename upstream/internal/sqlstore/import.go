@@ -29,9 +29,11 @@ const importBatch = 2000
 const insertChunk = 50
 
 // Copier is a transaction that loads rows in bulk, as PostgreSQL's COPY
-// does. Every row trigger fires as for an INSERT.
+// does. Every row trigger fires as for an INSERT. It asks for the n rows
+// in order, each once, while the copy runs: making a row overlaps with
+// the engine storing the rows before it.
 type Copier interface {
-	CopyFrom(ctx context.Context, table string, columns []string, rows [][]any) error
+	CopyFrom(ctx context.Context, table string, columns []string, n int, row func(i int) ([]any, error)) error
 }
 
 // Preparer is a transaction that prepares a statement once for many
@@ -171,10 +173,10 @@ func (im *importer) store(ctx context.Context, b *batch) error {
 	}
 	b.seenIDs, b.seenNos = map[int64]bool{}, map[[2]int64]bool{}
 	b.entries = make([]upstream.Listing, len(b.given))
-	b.rows = make([][]any, len(b.given))
+	b.rows = make([][]any, len(b.given)) // made as the writes ask for them
 	for i, l := range b.given {
 		var err error
-		if b.entries[i], b.rows[i], err = im.add(ctx, b, l); err != nil {
+		if b.entries[i], err = im.add(ctx, b, l); err != nil {
 			return im.fault(im.done+i, l, err)
 		}
 	}
@@ -337,47 +339,46 @@ func reject(format string, args ...any) error {
 	return &domainErr{err: fmt.Errorf(format, args...)}
 }
 
-// add settles one entry of b: its id, number and owner, and the row that
-// stores it.
-func (im *importer) add(ctx context.Context, b *batch, l upstream.Listing) (upstream.Listing, []any, error) {
+// add settles one entry of b: its id, number, owner and dates.
+func (im *importer) add(ctx context.Context, b *batch, l upstream.Listing) (upstream.Listing, error) {
 	if err := upstream.CheckNumber("id", l.ID); err != nil {
-		return l, nil, reject("id %d: %w", l.ID, err)
+		return l, reject("id %d: %w", l.ID, err)
 	}
 	if err := upstream.CheckNumber("no", l.No); err != nil {
-		return l, nil, reject("no %d: %w", l.No, err)
+		return l, reject("no %d: %w", l.No, err)
 	}
 	f := im.firms[l.FirmID]
 	if f == nil {
-		return l, nil, reject("unknown firm %d: %w", l.FirmID, upstream.ErrInvalid)
+		return l, reject("unknown firm %d: %w", l.FirmID, upstream.ErrInvalid)
 	}
 	if im.users[l.FirmUserID] != l.FirmID {
-		return l, nil, reject("firm %d has no user %d: %w", l.FirmID, l.FirmUserID, upstream.ErrInvalid)
+		return l, reject("firm %d has no user %d: %w", l.FirmID, l.FirmUserID, upstream.ErrInvalid)
 	}
 
 	id := l.ID
 	switch {
 	case id == 0 && im.maxID >= upstream.MaxNumber:
-		return l, nil, reject("next id: %w", upstream.Invalid("id",
+		return l, reject("next id: %w", upstream.Invalid("id",
 			fmt.Sprintf("has no free value: listing ids reach the largest allowed, %d", int64(upstream.MaxNumber))))
 	case id == 0:
 		id = im.maxID + 1
 	case b.seenIDs[id] || b.idsTaken[id]:
-		return l, nil, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
+		return l, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
 	}
 	no := l.No
 	if no != 0 {
 		if k := [2]int64{l.FirmID, no}; b.seenNos[k] || b.nosTaken[k] {
-			return l, nil, reject("listing %s taken: %w", upstream.ListingNumber(l.FirmID, l.No), upstream.ErrConflict)
+			return l, reject("listing %s taken: %w", upstream.ListingNumber(l.FirmID, l.No), upstream.ErrConflict)
 		}
 	} else {
 		var err error
 		switch no, err = im.number(ctx, b, l.FirmID, f); {
 		case errors.Is(err, errExhausted):
-			return l, nil, reject("next number of firm %d: %w", l.FirmID, upstream.Invalid("no",
+			return l, reject("next number of firm %d: %w", l.FirmID, upstream.Invalid("no",
 				fmt.Sprintf("has no free value: every listing number of the firm up to the largest allowed, %d, is in use; give an unused one",
 					int64(upstream.MaxNumber))))
 		case err != nil:
-			return l, nil, err
+			return l, err
 		}
 	}
 	b.seenIDs[id], b.seenNos[[2]int64{l.FirmID, no}] = true, true
@@ -392,15 +393,25 @@ func (im *importer) add(ctx context.Context, b *batch, l upstream.Listing) (upst
 	}
 	l.Revision = 1
 	l.Normalize()
+	return l, nil
+}
+
+// row returns the row that stores b's entry i, made once.
+func (im *importer) row(b *batch, i int) ([]any, error) {
+	if b.rows[i] != nil {
+		return b.rows[i], nil
+	}
+	l := b.entries[i]
 	doc, err := json.Marshal(l)
 	if err != nil {
-		return l, nil, fmt.Errorf("encode: %w", err)
+		return nil, fmt.Errorf("entry %d: encode: %w", im.done+i, err)
 	}
 	// The response body is the document itself: a read lays the columns,
 	// which are l's own, over the decoded document, and encodes that, and
 	// JSON that encoding/json wrote decodes and encodes to the same bytes
 	// (the conformance suite's FullListingRoundTrip compares the two).
-	return l, []any{l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision, string(doc), doc, string(upstream.ETag(doc)), l.Revision}, nil
+	b.rows[i] = []any{l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision, string(doc), doc, string(upstream.ETag(doc)), l.Revision}
+	return b.rows[i], nil
 }
 
 // errExhausted says that the firm has no free number left.
@@ -518,7 +529,7 @@ func (im *importer) insert(ctx context.Context, b *batch) error {
 	if err := im.tx.Exec(ctx, `SAVEPOINT import_batch`); err != nil {
 		return err
 	}
-	err := im.bulk(ctx, b.rows)
+	err := im.bulk(ctx, b)
 	if err != nil && im.constraintError(err) == nil {
 		return fmt.Errorf("insert entries %d to %d: %w", im.done, im.done+len(b.rows)-1, err)
 	}
@@ -539,7 +550,11 @@ func (im *importer) insert(ctx context.Context, b *batch) error {
 // insertOne inserts the batch's row i alone; a constraint violation is
 // that entry's fault.
 func (im *importer) insertOne(ctx context.Context, b *batch, i int) error {
-	err := im.tx.Exec(ctx, insertStatement(1, false), b.rows[i]...)
+	row, err := im.row(b, i)
+	if err != nil {
+		return err
+	}
+	err = im.tx.Exec(ctx, insertStatement(1, false), row...)
 	if ce := im.constraintError(err); ce != nil {
 		l := b.entries[i]
 		return im.fault(im.done+i, b.given[i], reject("listing %d or %s: %w", l.ID, l.ListingID, ce))
@@ -547,18 +562,22 @@ func (im *importer) insertOne(ctx context.Context, b *batch, i int) error {
 	return err
 }
 
-// bulk inserts rows: by COPY where the transaction can, else in multi-row
-// INSERTs of insertChunk rows.
-func (im *importer) bulk(ctx context.Context, rows [][]any) error {
-	if c, ok := im.tx.(Copier); ok && len(rows) >= copyMin {
-		return c.CopyFrom(ctx, "listings", importColumns, rows)
+// bulk inserts b's rows: by COPY where the transaction can, else in
+// multi-row INSERTs of insertChunk rows.
+func (im *importer) bulk(ctx context.Context, b *batch) error {
+	if c, ok := im.tx.(Copier); ok && len(b.rows) >= copyMin {
+		return c.CopyFrom(ctx, "listings", importColumns, len(b.rows), func(i int) ([]any, error) { return im.row(b, i) })
 	}
 	args := make([]any, 0, insertChunk*len(importColumns))
-	for len(rows) > 0 {
-		n := min(len(rows), insertChunk)
+	for from := 0; from < len(b.rows); {
+		n := min(len(b.rows)-from, insertChunk)
 		args = args[:0]
-		for _, r := range rows[:n] {
-			args = append(args, r...)
+		for i := from; i < from+n; i++ {
+			row, err := im.row(b, i)
+			if err != nil {
+				return err
+			}
+			args = append(args, row...)
 		}
 		var err error
 		switch p, ok := im.tx.(Preparer); {
@@ -577,7 +596,7 @@ func (im *importer) bulk(ctx context.Context, rows [][]any) error {
 		if err != nil {
 			return err
 		}
-		rows = rows[n:]
+		from += n
 	}
 	return nil
 }
