@@ -78,6 +78,14 @@ func withCache(ctx context.Context, cfg config.Config, s upstream.Store, log *sl
 	if rdb != nil {
 		defer rdb.Close()
 	}
+	// The command's process ends with it, so its own tier holds nothing
+	// anyone reads again: an import's floors filled all 64 MiB of it.
+	// Without Redis it is the cache, so it stays, small.
+	if rdb != nil {
+		cfg.Cache.LocalBytes = 0
+	} else {
+		cfg.Cache.LocalBytes = min(cfg.Cache.LocalBytes, commandLocalBytes)
+	}
 	listings, err := platform.NewCache(cfg, rdb, deps)
 	if err != nil {
 		return err
@@ -98,3 +106,6 @@ func withCache(ctx context.Context, cfg config.Config, s upstream.Store, log *sl
 // commandRedisTimeout is the least time a command gives one Redis
 // operation.
 const commandRedisTimeout = time.Second
+
+// commandLocalBytes bounds a command's in-process cache without Redis.
+const commandLocalBytes = 1 << 20
