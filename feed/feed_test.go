@@ -19,6 +19,7 @@ import (
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
+	"github.com/realty-gateway/gateway/upstream/storetest"
 )
 
 // purges is a CDN stand-in: it records purges and holds their outcome
@@ -84,23 +85,12 @@ func newFixture(t *testing.T) fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { raw.Close() })
-	firm, err := s.AddFirm(ctx, "Firm", []byte("digest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "a@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := s.ImportListings(ctx, []upstream.Listing{{Title: "v1", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := storetest.ImportOne(t, s, upstream.Listing{Title: "v1", IsActive: true})
 	c, err := cache.NewLocal(cache.DefaultConfig(), cache.Deps{Source: s, Log: slog.New(slog.DiscardHandler), LoadTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fixture{store: s, raw: raw, listing: ls[0], cache: c}
+	return fixture{store: s, raw: raw, listing: l, cache: c}
 }
 
 func (f fixture) consumer(t *testing.T, cfg Config, p Purger) *Consumer {

@@ -254,18 +254,7 @@ func TestFeedTriggerForAnyWriter(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
 	s = storetest.Opened(t, s, err)
-	firm, err := s.AddFirm(ctx, "Firm A", []byte("digest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "a@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored, err := s.ImportListings(ctx, []upstream.Listing{{Title: "Flat", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stored := storetest.ImportOne(t, s, upstream.Listing{Title: "Flat", IsActive: true})
 	owner := connect(t, url)
 	role := testenv.RandomName("listing_app_")
 	for _, stmt := range []string{
@@ -294,8 +283,8 @@ func TestFeedTriggerForAnyWriter(t *testing.T) {
 	defer app.Close(ctx)
 	for _, stmt := range []string{
 		`SET search_path = ''`,
-		`UPDATE public.listings SET document = replace(document, '"title":"Flat"', '"title":"By the app"') WHERE id = ` + fmt.Sprint(stored[0].ID),
-		`DELETE FROM public.listings WHERE id = ` + fmt.Sprint(stored[0].ID),
+		`UPDATE public.listings SET document = replace(document, '"title":"Flat"', '"title":"By the app"') WHERE id = ` + fmt.Sprint(stored.ID),
+		`DELETE FROM public.listings WHERE id = ` + fmt.Sprint(stored.ID),
 	} {
 		if _, err := app.Exec(ctx, stmt); err != nil {
 			t.Fatalf("as %s: %s: %v", role, stmt, err)
@@ -330,20 +319,8 @@ func TestImportCompressesWithLz4(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
 	s = storetest.Opened(t, s, err)
-	firm, err := s.AddFirm(ctx, "Firm A", []byte("digest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "a@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	description := strings.Repeat("Bright three-room flat close to the ferry. ", 80) // 3.4 KB, compressible
-	stored, err := s.ImportListings(ctx, []upstream.Listing{{Title: "Flat", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true,
-		Attributes: upstream.Attributes{Description: &description}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stored := storetest.ImportOne(t, s, upstream.Listing{Title: "Flat", IsActive: true, Attributes: upstream.Attributes{Description: &description}})
 	conn := connect(t, url)
 	want := "pglz"
 	var lz4 bool
@@ -356,13 +333,13 @@ func TestImportCompressesWithLz4(t *testing.T) {
 	}
 	var document, body *string
 	if err := conn.QueryRow(ctx, `SELECT pg_column_compression(document), pg_column_compression(body) FROM listings WHERE id = $1`,
-		stored[0].ID).Scan(&document, &body); err != nil {
+		stored.ID).Scan(&document, &body); err != nil {
 		t.Fatal(err)
 	}
 	if document == nil || *document != want || body == nil || *body != want {
 		t.Fatalf("the imported document and body are compressed with %v and %v; want %s", deref(document), deref(body), want)
 	}
-	got, err := s.ListingByID(ctx, stored[0].ID)
+	got, err := s.ListingByID(ctx, stored.ID)
 	if err != nil || got.Attributes.Description == nil || *got.Attributes.Description != description {
 		t.Fatalf("read back: %v", err)
 	}

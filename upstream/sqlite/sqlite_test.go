@@ -271,19 +271,7 @@ func TestOlderSQLiteFiresTheTriggers(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gateway.db")
 	opened, err := sqlite.Open(ctx, path)
 	s := storetest.Opened(t, opened, err)
-	firm, err := s.AddFirm(ctx, "Firm A", []byte("digest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "a@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored, err := s.ImportListings(ctx, []upstream.Listing{{Title: "Flat", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := stored[0]
+	l := storetest.ImportOne(t, s, upstream.Listing{Title: "Flat", IsActive: true})
 	version, err := exec.Command(shell, "--version").Output()
 	if err != nil {
 		t.Fatal(err)

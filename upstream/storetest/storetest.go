@@ -82,6 +82,27 @@ func Opened[S upstream.Store](t *testing.T, s S, err error) S {
 	return s
 }
 
+// ImportOne stores l as the only listing of a new firm's new user, by
+// import, and returns it as stored.
+func ImportOne(t *testing.T, s upstream.Store, l upstream.Listing) upstream.Listing {
+	t.Helper()
+	ctx := context.Background()
+	firm, err := s.AddFirm(ctx, "Firm A", []byte("digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "a@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.FirmID, l.FirmUserID = firm.ID, user.ID
+	stored, err := s.ImportListings(ctx, []upstream.Listing{l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stored[0]
+}
+
 // CloseAtEnd closes what when the test ends, failing the test if that
 // fails: a store, or a connection that a test opens beside it.
 func CloseAtEnd(t *testing.T, what string, close func() error) {
