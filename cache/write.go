@@ -83,8 +83,9 @@ const importFloorBatch = 1000
 // the change feed does for another writer's insert: no tier serves an
 // absence of an imported listing once ImportStream returns, and none is
 // filled with listings nobody reads. It keeps about 4 bytes per listing
-// until then (newListings). progress, when set, is told of every batch the source wrote. A
-// source that does not stream is given the file whole, through Import.
+// until then (newListings). progress, when set, is told of every batch
+// the source wrote. A source that does not stream is given the file
+// whole, through Import.
 func (c *Cache) ImportStream(ctx context.Context, next iter.Seq2[upstream.Listing, error], progress func(n int)) (int, error) {
 	src, ok := c.src.(upstream.StreamImporter)
 	if !ok {

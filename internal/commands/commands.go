@@ -75,13 +75,11 @@ func withCache(ctx context.Context, cfg config.Config, s upstream.Store, log *sl
 	if err != nil {
 		return err
 	}
-	if rdb != nil {
-		defer rdb.Close()
-	}
 	// The command's process ends with it, so its own tier holds nothing
 	// anyone reads again: an import's floors filled all 64 MiB of it.
 	// Without Redis it is the cache, so it stays, small.
 	if rdb != nil {
+		defer rdb.Close()
 		cfg.Cache.LocalBytes = 0
 	} else {
 		cfg.Cache.LocalBytes = min(cfg.Cache.LocalBytes, commandLocalBytes)
