@@ -42,7 +42,7 @@ func TestFeed(t *testing.T) {
 
 // schemaVersion is the user_version of a file this build has opened: the
 // number of steps in migrations/.
-const schemaVersion = 8
+const schemaVersion = 9
 
 // openRaw opens the file at path beside any store open on it, as an older
 // release or an operator would, and closes it when the test ends.
@@ -54,6 +54,22 @@ func openRaw(t *testing.T, path string) *sql.DB {
 	}
 	storetest.CloseAtEnd(t, path, db.Close)
 	return db
+}
+
+// An import keeps each listing's bytes once, and reads serve them.
+func TestImportKeepsOneCopy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	s, err := sqlite.Open(context.Background(), path)
+	s = storetest.Opened(t, s, err)
+	db := openRaw(t, path)
+	storetest.RequireImportKeepsOneCopy(t, s, func(id int64) (c storetest.RowCopies) {
+		err := db.QueryRow(`SELECT body IS NOT NULL, document_body_revision, revision FROM listings WHERE id = ?`,
+			id).Scan(&c.Body, &c.DocumentBodyRevision, &c.Revision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
 }
 
 func TestNumberConstraint(t *testing.T) {

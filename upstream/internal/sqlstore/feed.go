@@ -195,7 +195,7 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 	}
 	in, args := inList(ids, 0)
 	rows, err := s.db.Query(ctx, `SELECT id, firm_id, no, firm_user_id, is_active, revision, deleted, document,
-		CASE WHEN body_revision = revision THEN body END, CASE WHEN body_revision = revision THEN etag END
+		CASE WHEN body_revision = revision THEN body END, `+currentTag+`
 		FROM listings WHERE id IN (`+in+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("changed listings: %w", err)
@@ -216,7 +216,7 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 			st.Listing, err = c.listing(doc)
 		}
 		if err == nil && !st.Deleted {
-			if body != nil && etag != nil {
+			if body := keptBody(body, doc, etag); body != nil {
 				st.Encoded = upstream.Encoded{ID: c.id, FirmID: c.firmID, No: c.no, Revision: c.revision, Active: c.active, Body: body, ETag: []byte(*etag)}
 			} else if st.Encoded, err = upstream.Encode(st.Listing); err == nil {
 				encoded = append(encoded, st.Encoded)

@@ -83,7 +83,7 @@ func New(e Engine) *Store {
 	if e.Lookups == nil {
 		e.Lookups = e.DB
 	}
-	query := `SELECT ` + listingColumns + `, CASE WHEN body_revision = revision THEN etag END
+	query := `SELECT ` + listingColumns + `, ` + currentTag + `
 		FROM listings WHERE id = $1 AND firm_id = $2 AND NOT deleted`
 	if e.RowLock != "" {
 		query += " " + e.RowLock
@@ -133,12 +133,17 @@ func (s *Store) EncodedByNumber(ctx context.Context, firmID, no int64) (upstream
 }
 
 // encodedColumns are what a read of a response selects: the stored body
-// and tag where they were made from this revision, else the document to
-// make them from.
+// and tag where they were made from this revision, else the document,
+// which is the body where currentTag says so (schema step 9) and otherwise
+// what to make them from.
 const encodedColumns = `id, firm_id, no, firm_user_id, is_active, revision,
 	CASE WHEN body_revision = revision THEN body END,
-	CASE WHEN body_revision = revision THEN etag END,
+	` + currentTag + `,
 	CASE WHEN body_revision = revision THEN NULL ELSE document END`
+
+// currentTag selects the tag of the row's response where it was made from
+// this revision: with body (step 6), or for the document itself (step 9).
+const currentTag = `CASE WHEN body_revision = revision OR document_body_revision = revision THEN etag END`
 
 func (s *Store) encodedByID(ctx context.Context, id int64) (upstream.Encoded, error) {
 	r, err := scanEncoded(s.e.Lookups.QueryRow(ctx, `SELECT `+encodedColumns+` FROM listings WHERE id = $1 AND NOT deleted`, id))
@@ -266,9 +271,9 @@ func scanEncoded(row Row) (encodedRow, error) {
 // under the revision it was made from: the statement names no column that
 // the change feed's triggers watch, so it records no change.
 func (s *Store) encode(ctx context.Context, r encodedRow) (upstream.Encoded, error) {
-	if r.body != nil && r.etag != nil {
+	if body := keptBody(r.body, r.doc, r.etag); body != nil {
 		return upstream.Encoded{ID: r.c.id, FirmID: r.c.firmID, No: r.c.no, Revision: r.c.revision, Active: r.c.active,
-			Body: r.body, ETag: []byte(*r.etag)}, nil
+			Body: body, ETag: []byte(*r.etag)}, nil
 	}
 	l, err := r.c.listing(r.doc)
 	if err != nil {
@@ -281,6 +286,20 @@ func (s *Store) encode(ctx context.Context, r encodedRow) (upstream.Encoded, err
 	// Best effort: a failure costs the next read the same work.
 	_ = s.e.DB.Exec(ctx, storeBody, e.Body, string(e.ETag), e.Revision, e.ID)
 	return e, nil
+}
+
+// keptBody returns the response body kept for the row's revision, as
+// selected with currentTag: body, or else the document, which is the body
+// where the tag is current and body is not (step 9). Nil: none was kept.
+func keptBody(body, doc []byte, tag *string) []byte {
+	switch {
+	case tag == nil:
+		return nil
+	case body != nil:
+		return body
+	default:
+		return doc
+	}
 }
 
 // storeBody keeps a listing's response body with it, made from revision
