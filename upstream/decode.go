@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -87,19 +88,30 @@ func DecodeValidListing(body json.RawMessage, keepServerSet bool) (Listing, erro
 	return decodeListing(body, keepServerSet)
 }
 
+// memberArenas keeps the decoders' member buffers between documents.
+var memberArenas = sync.Pool{New: func() any { return new([]member) }}
+
 func decodeListing(body []byte, keepServerSet bool) (Listing, error) {
 	l := Listing{IsActive: true}
 	lv := reflect.ValueOf(&l).Elem()
-	top, ok := splitObject(body, fieldsOf(lv.Type()))
+	d := decoder{noun: "a listing", intRange: IntRange}
+	arena := memberArenas.Get().(*[]member)
+	defer func() {
+		clear(d.members[:cap(d.members)]) // nothing of body stays reachable
+		*arena = d.members[:0]
+		memberArenas.Put(arena)
+	}()
+	top, ok := splitObject(body, fieldsOf(lv.Type()), *arena)
 	if !ok {
+		d.members = *arena
 		return Listing{}, Invalid("", "the body must be a JSON object")
 	}
+	d.members = top
 	var coords struct {
 		Latitude     *float64 `json:"latitude"`
 		Longitude    *float64 `json:"longitude"`
 		NearLocation *bool    `json:"nearLocation"`
 	}
-	d := decoder{noun: "a listing", intRange: IntRange}
 	own := top[:0]
 	for _, m := range top {
 		switch m.name {

@@ -21,16 +21,17 @@ type member struct {
 	value json.RawMessage
 }
 
-// splitObject returns raw's members in their order, names unescaped; a
-// name given twice keeps its last value, in its last place. A name that
-// known holds is shared with it, not allocated. It reports false when raw
-// is not an object (null included), and then returns nil.
-func splitObject(raw []byte, known map[string]field) ([]member, bool) {
+// splitObject appends raw's members to buf, in their order, names
+// unescaped, and returns the extended buf; a name given twice keeps its
+// last value, in its last place. A name that known holds is shared with
+// it, not allocated. It reports false when raw is not an object (null
+// included), and then returns nil.
+func splitObject(raw []byte, known map[string]field, buf []member) ([]member, bool) {
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return nil, false
 	}
-	members := make([]member, 0, len(known))
+	members := buf
 	if i = skipSpace(raw, i+1); at(raw, i) == '}' {
 		return members, true
 	}
@@ -60,13 +61,14 @@ func splitObject(raw []byte, known map[string]field) ([]member, bool) {
 		}
 		i = skipSpace(raw, i+1)
 	}
-	unique := members[:0]
-	for k, m := range members {
-		if !slices.ContainsFunc(members[k+1:], func(later member) bool { return later.name == m.name }) {
+	added := members[len(buf):]
+	unique := added[:0]
+	for k, m := range added {
+		if !slices.ContainsFunc(added[k+1:], func(later member) bool { return later.name == m.name }) {
 			unique = append(unique, m) // else a later value of the name replaces it
 		}
 	}
-	return unique, true
+	return members[:len(buf)+len(unique)], true
 }
 
 // splitArray returns raw's items. It reports false when raw is not an

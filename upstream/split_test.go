@@ -26,7 +26,7 @@ func FuzzSplit(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if !json.Valid(raw) {
-			splitObject(raw, nil) // must not panic; the result is undefined
+			splitObject(raw, nil, nil) // must not panic; the result is undefined
 			splitArray(raw)
 			_, _ = DecodeValidListing(raw, true)
 			return
@@ -34,7 +34,7 @@ func FuzzSplit(f *testing.F) {
 		var wantObject map[string]json.RawMessage
 		objectErr := json.Unmarshal(raw, &wantObject)
 		for _, known := range []map[string]field{nil, fieldsOf(reflect.TypeFor[Listing]())} {
-			members, ok := splitObject(raw, known)
+			members, ok := splitObject(raw, known, nil)
 			if ok != (objectErr == nil && wantObject != nil) {
 				t.Fatalf("splitObject(%q) ok=%v; json.Unmarshal: %v, %v", raw, ok, wantObject, objectErr)
 			}

@@ -24,6 +24,10 @@ type decoder struct {
 	// path is the member being decoded, as "realtyFiles[2].id": built in
 	// place as the decoder descends, and copied only into an error.
 	path []byte
+	// members holds the members of the objects being decoded, outer to
+	// inner: an object's are appended as it is split and dropped when it
+	// is done, so that one buffer serves a whole document.
+	members []member
 }
 
 // fail records message for the member being decoded.
@@ -88,12 +92,15 @@ func (d *decoder) value(raw json.RawMessage, v reflect.Value) {
 		d.value(raw, p.Elem())
 		v.Set(p)
 	case reflect.Struct:
-		members, ok := splitObject(raw, fieldsOf(v.Type()))
+		start := len(d.members)
+		members, ok := splitObject(raw, fieldsOf(v.Type()), d.members)
 		if !ok {
 			d.fail("must be an object")
 			return
 		}
-		d.object(members, v)
+		d.members = members
+		d.object(members[start:], v)
+		d.members = d.members[:start]
 	case reflect.Slice:
 		if isNull {
 			v.SetZero()

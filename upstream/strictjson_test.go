@@ -20,7 +20,7 @@ func TestDecoderReportsEveryBadMember(t *testing.T) {
 		} `json:"items"`
 	}
 	body := `{"name":null,"count":99999999999999999999,"note":null,"extra":1,"items":[{"on":true},{"on":"yes"}]}`
-	members, ok := splitObject([]byte(body), nil)
+	members, ok := splitObject([]byte(body), nil, nil)
 	if !ok {
 		t.Fatal("not an object")
 	}
