@@ -3,6 +3,8 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -32,6 +34,7 @@ func RunFeed(t *testing.T, open func(t *testing.T) (FeedStore, Exec)) {
 		{"OwnWritesRecorded", testFeedOwnWrites},
 		{"OtherWritersRecorded", testFeedOtherWriters},
 		{"RemovedRowComesBackHigher", testFeedRemovedRow},
+		{"MultiRowInsert", testFeedMultiRowInsert},
 		{"OneConsumer", testFeedOneConsumer},
 		{"ApplyAndPrune", testFeedApplyAndPrune},
 		{"AdoptReplays", testFeedAdoptReplays},
@@ -211,6 +214,50 @@ func testFeedRemovedRow(t *testing.T, s FeedStore, exec Exec) {
 	last := cs[len(cs)-1]
 	if last.Deleted || !last.VisibleAfter || last.Revision != 4 {
 		t.Fatalf("last change = %+v; want the reinsert, visible, revision 4", last)
+	}
+}
+
+// testFeedMultiRowInsert: one statement of another writer that inserts
+// several rows, some under the ids of removed ones, records every row, and
+// each comes back above its removed one's revisions.
+func testFeedMultiRowInsert(t *testing.T, s FeedStore, exec Exec) {
+	ctx := context.Background()
+	f := seed(t, s)
+	removed := []upstream.Listing{mustUpdate(t, s, seedActive(t, s, f)), seedActive(t, s, f)} // revisions 2 and 1
+	for _, l := range removed {
+		if err := exec(ctx, `DELETE FROM listings WHERE id = $1`, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := len(allChanges(t, s))
+	fresh := f.listing(0, 0)
+	fresh.ID, fresh.No = removed[1].ID+100, removed[1].No+100
+	rows := []upstream.Listing{removed[0], fresh, removed[1]}
+	var values []string
+	var args []any
+	for i, l := range rows {
+		values = append(values, fmt.Sprintf("($%d, $%d, $%d, $%d, (1 = 1), 1, $%d)", 5*i+1, 5*i+2, 5*i+3, 5*i+4, 5*i+5))
+		args = append(args, l.ID, l.FirmID, l.No, l.FirmUserID, string(mustJSON(t, l)))
+	}
+	if err := exec(ctx, `INSERT INTO listings (id, firm_id, no, firm_user_id, is_active, revision, document) VALUES `+
+		strings.Join(values, ", "), args...); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]int64{removed[0].ID: 4, fresh.ID: 1, removed[1].ID: 3} // above each removal's revision
+	for id, rev := range want {
+		if got, err := s.ListingByID(ctx, id); err != nil || got.Revision != rev {
+			t.Fatalf("listing %d inserted = revision %d, %v; want %d", id, got.Revision, err, rev)
+		}
+	}
+	recorded := map[int64]int64{} // the last revision recorded per listing
+	for _, c := range allChanges(t, s)[before:] {
+		if c.Deleted || !c.VisibleAfter {
+			t.Fatalf("change %+v after the insert; want the listing visible", c)
+		}
+		recorded[c.ListingID] = c.Revision
+	}
+	if !maps.Equal(recorded, want) {
+		t.Fatalf("the insert recorded last revisions %v; want %v", recorded, want)
 	}
 }
 
