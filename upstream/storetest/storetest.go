@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 		{"ImportNothing", testImportNothing},
 		{"ImportStream", testImportStream},
 		{"ImportStreamRejects", testImportStreamRejects},
+		{"ImportStreamSkipsNumbersGivenBefore", testImportStreamSkipsNumbersGivenBefore},
 		{"NumberLimits", testNumberLimits},
 		{"NumberCounter", testNumberCounter},
 		{"ConcurrentImports", testConcurrentImports},

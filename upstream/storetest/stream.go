@@ -94,6 +94,45 @@ func testImportStream(t *testing.T, open func(t *testing.T) upstream.Store) {
 	}
 }
 
+// testImportStreamSkipsNumbersGivenBefore: a number given in one batch,
+// above the firm's counter, is skipped when the next batch's counter
+// reaches it, though the batch before may not be stored yet while the
+// next is settled.
+func testImportStreamSkipsNumbersGivenBefore(t *testing.T, open func(t *testing.T) upstream.Store) {
+	const (
+		n     = 4_500
+		given = 1_990 // in the first batch: firm A's counter is near 1,700 there
+		no    = 1_900 // reached in the second batch
+	)
+	ctx := context.Background()
+	_, si, f := openStreamImporter(t, open)
+	ls := streamFile(f, n)
+	ls[given] = f.listing(0, no)
+	var got []upstream.Listing
+	if _, err := si.ImportStream(ctx, streamOf(ls, nil), func(stored []upstream.Listing) error {
+		got = append(got, stored...)
+		return nil
+	}); err != nil {
+		t.Fatalf("ImportStream() error = %v", err)
+	}
+	want := int64(1)
+	for i, l := range got {
+		if l.FirmID != f.firmA.ID || i == given || i == n-3 {
+			continue
+		}
+		if want == no {
+			want++ // given before
+		}
+		if l.No != want {
+			t.Fatalf("entry %d got number %d; want %d, the counter's next past %d", i, l.No, want, no)
+		}
+		want++
+	}
+	if want <= no || got[given].No != no {
+		t.Fatalf("the counter reached %d and entry %d has number %d; want past %d, and %d", want, given, got[given].No, no, no)
+	}
+}
+
 // testImportStreamRejects checks that a fault in a later batch, one of the
 // store's or one of the input's, names its entry and leaves nothing of the
 // earlier batches behind.

@@ -18,8 +18,13 @@ import (
 // counters, the users, the given ids and the given numbers), settles every
 // entry in memory, in file order, and writes the batch in bulk (COPY on an
 // engine whose transaction is a Copier, multi-row INSERTs elsewhere).
-// Earlier batches are in the store by then, so a batch needs to remember
-// only its own ids and numbers: memory stays flat however long the file.
+//
+// The writes run one batch behind: while the engine stores a batch, the
+// next one, settled just before, has its rows made (the documents
+// encoded), so that the engine and the importer work at once. A batch is
+// settled while the one before it is not written yet: the lookups see
+// every batch before that one, and the one before is remembered, its ids
+// and numbers only. Memory stays flat however long the file.
 const importBatch = 2000
 
 // insertChunk is how many rows one multi-row INSERT writes. SQLite binds
@@ -81,6 +86,8 @@ type firm struct {
 // batch is one batch's state: its entries, and the ids and numbers the
 // store and the batch itself have taken.
 type batch struct {
+	base     int    // the index of its first entry in the import
+	prev     *batch // the batch before, settled and not yet in the store; nil once it is
 	entries  []upstream.Listing
 	given    []upstream.Listing // the entries as given, for the errors
 	rows     [][]any
@@ -118,40 +125,86 @@ func importStream(ctx context.Context, im *importer, next iter.Seq2[upstream.Lis
 	if err := im.tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&im.maxID); err != nil {
 		return 0, fmt.Errorf("largest id: %w", err)
 	}
+	var (
+		ready  *batch // settled, its rows made: written next
+		flight *write // the batch before ready, being written; nil when none
+		spare  []upstream.Listing
+	)
+	// land waits for the write in flight and tells stored of its batch.
+	land := func() error {
+		if flight == nil {
+			return nil
+		}
+		w := flight
+		flight = nil
+		if err := <-w.done; err != nil {
+			return err
+		}
+		if ready != nil {
+			ready.prev = nil // in the store now
+		}
+		if stored != nil {
+			if err := stored(w.b.entries); err != nil {
+				return err
+			}
+		}
+		im.done += len(w.b.entries)
+		spare = w.b.given[:0]
+		return nil
+	}
 	defer func() {
+		_ = land() // a return on an error must not leave the transaction busy
 		if im.closeInsert != nil {
 			_ = im.closeInsert() // the rollback or commit that follows ends it anyway
 		}
 	}()
-	b := &batch{}
-	flush := func() error {
-		if len(b.given) == 0 {
-			return nil
-		}
-		if err := im.store(ctx, b); err != nil {
-			return err
-		}
-		if stored != nil {
-			if err := stored(b.entries); err != nil {
+	// advance settles b, starts the write of ready, makes b's rows
+	// meanwhile, and lands the write; b is ready then. A nil b writes the
+	// last batch.
+	advance := func(b *batch) error {
+		if b != nil {
+			b.prev, b.base = ready, im.done
+			if ready != nil {
+				b.base = ready.base + len(ready.given)
+			}
+			if err := im.settle(ctx, b); err != nil {
 				return err
 			}
 		}
-		im.done += len(b.entries)
-		b = &batch{given: b.given[:0]}
-		return nil
+		if ready != nil {
+			if err := im.setting(ctx, im.writesSetting); err != nil {
+				return err
+			}
+			flight = &write{b: ready, done: make(chan error, 1)}
+			go func(w *write) { w.done <- im.insert(ctx, w.b) }(flight)
+		}
+		ready = b
+		if b != nil {
+			if err := im.makeRows(b); err != nil {
+				return err
+			}
+		}
+		return land()
 	}
+	b := &batch{}
 	for l, err := range next {
 		if err != nil {
 			return 0, &inputErr{err}
 		}
 		b.given = append(b.given, l)
 		if len(b.given) == importBatch {
-			if err := flush(); err != nil {
+			if err := advance(b); err != nil {
 				return 0, err
 			}
+			b, spare = &batch{given: spare}, nil
 		}
 	}
-	if err := flush(); err != nil {
+	if len(b.given) > 0 {
+		if err := advance(b); err != nil {
+			return 0, err
+		}
+	}
+	if err := advance(nil); err != nil {
 		return 0, err
 	}
 	for id, f := range im.firms {
@@ -164,8 +217,15 @@ func importStream(ctx context.Context, im *importer, next iter.Seq2[upstream.Lis
 	return im.done, nil
 }
 
-// store settles and writes one batch.
-func (im *importer) store(ctx context.Context, b *batch) error {
+// write is a batch's write, on the transaction in the background: done
+// gets its outcome.
+type write struct {
+	b    *batch
+	done chan error
+}
+
+// settle looks up what b's entries need and settles each, in file order.
+func (im *importer) settle(ctx context.Context, b *batch) error {
 	if err := im.setting(ctx, im.lookupsSetting); err != nil {
 		return err
 	}
@@ -174,17 +234,23 @@ func (im *importer) store(ctx context.Context, b *batch) error {
 	}
 	b.seenIDs, b.seenNos = map[int64]bool{}, map[[2]int64]bool{}
 	b.entries = make([]upstream.Listing, len(b.given))
-	b.rows = make([][]any, len(b.given)) // made as the writes ask for them
 	for i, l := range b.given {
 		var err error
 		if b.entries[i], err = im.add(ctx, b, l); err != nil {
-			return im.fault(im.done+i, l, err)
+			return im.fault(b.base+i, l, err)
 		}
 	}
-	if err := im.setting(ctx, im.writesSetting); err != nil {
-		return err
-	}
-	return im.insert(ctx, b)
+	return nil
+}
+
+// idSeen and noSeen report whether b, or the batch before it, took an id,
+// or a firm's number.
+func (b *batch) idSeen(id int64) bool {
+	return b.seenIDs[id] || b.prev != nil && b.prev.seenIDs[id]
+}
+
+func (b *batch) noSeen(k [2]int64) bool {
+	return b.seenNos[k] || b.prev != nil && b.prev.seenNos[k]
 }
 
 // setting runs one of the engine's import settings, where it has one.
@@ -363,12 +429,12 @@ func (im *importer) add(ctx context.Context, b *batch, l upstream.Listing) (upst
 			fmt.Sprintf("has no free value: listing ids reach the largest allowed, %d", int64(upstream.MaxNumber))))
 	case id == 0:
 		id = im.maxID + 1
-	case b.seenIDs[id] || b.idsTaken[id]:
+	case b.idSeen(id) || b.idsTaken[id]:
 		return l, reject("id %d taken: %w", l.ID, upstream.ErrConflict)
 	}
 	no := l.No
 	if no != 0 {
-		if k := [2]int64{l.FirmID, no}; b.seenNos[k] || b.nosTaken[k] {
+		if k := [2]int64{l.FirmID, no}; b.noSeen(k) || b.nosTaken[k] {
 			return l, reject("listing %s taken: %w", upstream.ListingNumber(l.FirmID, l.No), upstream.ErrConflict)
 		}
 	} else {
@@ -397,22 +463,22 @@ func (im *importer) add(ctx context.Context, b *batch, l upstream.Listing) (upst
 	return l, nil
 }
 
-// row returns the row that stores b's entry i, made once.
-func (im *importer) row(b *batch, i int) ([]any, error) {
-	if b.rows[i] != nil {
-		return b.rows[i], nil
+// makeRows makes the rows that store b's entries.
+func (im *importer) makeRows(b *batch) error {
+	b.rows = make([][]any, len(b.entries))
+	for i, l := range b.entries {
+		doc, err := json.Marshal(l)
+		if err != nil {
+			return fmt.Errorf("entry %d: encode: %w", b.base+i, err)
+		}
+		// The response body is the document itself: a read lays the
+		// columns, which are l's own, over the decoded document, and
+		// encodes that, and JSON that encoding/json wrote decodes and
+		// encodes to the same bytes (the conformance suite's
+		// FullListingRoundTrip compares the two).
+		b.rows[i] = []any{l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision, string(doc), string(upstream.ETag(doc)), l.Revision}
 	}
-	l := b.entries[i]
-	doc, err := json.Marshal(l)
-	if err != nil {
-		return nil, fmt.Errorf("entry %d: encode: %w", im.done+i, err)
-	}
-	// The response body is the document itself: a read lays the columns,
-	// which are l's own, over the decoded document, and encodes that, and
-	// JSON that encoding/json wrote decodes and encodes to the same bytes
-	// (the conformance suite's FullListingRoundTrip compares the two).
-	b.rows[i] = []any{l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision, string(doc), string(upstream.ETag(doc)), l.Revision}
-	return b.rows[i], nil
+	return nil
 }
 
 // errExhausted says that the firm has no free number left.
@@ -461,7 +527,7 @@ func (im *importer) nextFree(ctx context.Context, b *batch, firmID, from int64) 
 		switch {
 		case w.full:
 			no = w.hi
-		case w.taken[no] || b.seenNos[[2]int64{firmID, no}]:
+		case w.taken[no] || b.noSeen([2]int64{firmID, no}):
 			no++
 		default:
 			return no, nil
@@ -532,7 +598,7 @@ func (im *importer) insert(ctx context.Context, b *batch) error {
 	}
 	err := im.bulk(ctx, b)
 	if err != nil && im.constraintError(err) == nil {
-		return fmt.Errorf("insert entries %d to %d: %w", im.done, im.done+len(b.rows)-1, err)
+		return fmt.Errorf("insert entries %d to %d: %w", b.base, b.base+len(b.rows)-1, err)
 	}
 	if err == nil {
 		return im.tx.Exec(ctx, `RELEASE SAVEPOINT import_batch`)
@@ -551,14 +617,10 @@ func (im *importer) insert(ctx context.Context, b *batch) error {
 // insertOne inserts the batch's row i alone; a constraint violation is
 // that entry's fault.
 func (im *importer) insertOne(ctx context.Context, b *batch, i int) error {
-	row, err := im.row(b, i)
-	if err != nil {
-		return err
-	}
-	err = im.tx.Exec(ctx, insertStatement(1, false), row...)
+	err := im.tx.Exec(ctx, insertStatement(1, false), b.rows[i]...)
 	if ce := im.constraintError(err); ce != nil {
 		l := b.entries[i]
-		return im.fault(im.done+i, b.given[i], reject("listing %d or %s: %w", l.ID, l.ListingID, ce))
+		return im.fault(b.base+i, b.given[i], reject("listing %d or %s: %w", l.ID, l.ListingID, ce))
 	}
 	return err
 }
@@ -567,17 +629,13 @@ func (im *importer) insertOne(ctx context.Context, b *batch, i int) error {
 // multi-row INSERTs of insertChunk rows.
 func (im *importer) bulk(ctx context.Context, b *batch) error {
 	if c, ok := im.tx.(Copier); ok && len(b.rows) >= copyMin {
-		return c.CopyFrom(ctx, "listings", importColumns, len(b.rows), func(i int) ([]any, error) { return im.row(b, i) })
+		return c.CopyFrom(ctx, "listings", importColumns, len(b.rows), func(i int) ([]any, error) { return b.rows[i], nil })
 	}
 	args := make([]any, 0, insertChunk*len(importColumns))
 	for from := 0; from < len(b.rows); {
 		n := min(len(b.rows)-from, insertChunk)
 		args = args[:0]
-		for i := from; i < from+n; i++ {
-			row, err := im.row(b, i)
-			if err != nil {
-				return err
-			}
+		for _, row := range b.rows[from : from+n] {
 			args = append(args, row...)
 		}
 		var err error
