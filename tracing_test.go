@@ -209,7 +209,13 @@ func TestTraceSpanTrees(t *testing.T) {
 			var roots []tracetest.SpanStub
 			for _, s := range spans {
 				if got := s.SpanContext.TraceID().String(); got != traceID {
-					t.Errorf("span %q is in trace %s, not the request's %s", s.Name, got, traceID)
+					// The cache's writes to Redis go through its
+					// auto-pipeline without waiting, in traces of their
+					// own, and may end within any request's spans.
+					if spanLabel(s) != "redis" {
+						t.Errorf("span %q is in trace %s, not the request's %s", s.Name, got, traceID)
+					}
+					continue
 				}
 				if s.Parent.IsRemote() {
 					roots = append(roots, s)

@@ -112,3 +112,44 @@ func TestProgressLine(t *testing.T) {
 		t.Fatalf("last progress line %q; want the total, ended", out.String())
 	}
 }
+
+// BenchmarkImportEntries frames, checks and decodes a file of 1,000
+// listings of about 1.7 KB (the import bench's shape), as the import
+// command does.
+func BenchmarkImportEntries(b *testing.B) {
+	var f strings.Builder
+	f.WriteString("[")
+	for i := range 1000 {
+		if i > 0 {
+			f.WriteString(",\n")
+		}
+		fmt.Fprintf(&f, `{"firmId":1,"firmUserId":1,"title":"Sea-view flat %d","categoryId":1,"subCategoryId":4,`+
+			`"createdDate":1700000000000,"updatedDate":1700000100000,"endDate":1800000000000,"note":"Viewing by appointment",`+
+			`"realtyDetailUrl":"https://example.com/realty/%d","realtyIdentificationNo":"TR-34-1203-%d","energyDocumentNo":"E-2024-0077",`+
+			`"location":{"cityId":34,"cityName":"Istanbul","countyId":12,"countyName":"Kadikoy","districtId":1203,"districtName":"Moda","latitude":40.98,"longitude":29.02,"nearLocation":true},`+
+			`"attributes":{"description":"Bright three-room flat, renovated in 2023, close to the ferry.","price":8500000,"priceCurrencyType":"TRY","room":3,"livingRoom":1,"bathRoom":2,"sqm":120,"netSqm":105,"age":12,"floorCount":6,"heatingId":2,"floorId":4,"furnished":false,"sideIdList":[1,2,3],"selectedAttributeList":[{"groupId":1,"selectedIds":[3,4]},{"groupId":2,"selectedIds":[7]}]},`+
+			`"realtyFiles":[`, i, i, i)
+		for n := 1; n <= 7; n++ {
+			if n > 1 {
+				f.WriteString(",")
+			}
+			fmt.Fprintf(&f, `{"id":%d,"imageUrl":"https://img.example.com/%d/photo-%d.jpg","sortOrder":%d,"imageType":"IMAGE","status":"APPROVED"}`, n, i, n, n)
+		}
+		f.WriteString("]}")
+	}
+	f.WriteString("]")
+	file := f.String()
+	b.SetBytes(int64(len(file)))
+	for b.Loop() {
+		n := 0
+		for _, err := range importEntries(strings.NewReader(file)) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		if n != 1000 {
+			b.Fatalf("%d entries; want 1000", n)
+		}
+	}
+}
