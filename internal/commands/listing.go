@@ -45,32 +45,31 @@ func ListingImport(ctx context.Context, cfg config.Config, log *slog.Logger, arg
 		show = p.add
 		defer p.end()
 	}
+	imported := func(n int, err error) error {
+		if err != nil {
+			return fmt.Errorf("import: %w", err)
+		}
+		return printJSON(stdout, map[string]any{"imported": n})
+	}
 	return withStore(ctx, cfg, func(s upstream.Store) error {
 		if si, ok := s.(upstream.StreamImporter); ok && cfg.Redis.URL == "" {
 			// No tier that another process reads: the command's own
 			// would hold the new listings' floors for nobody (6 % of the
 			// import's time, after its commit), and the gateways hear of
 			// them from the change feed.
-			n, err := si.ImportStream(ctx, importEntries(in), func(stored []upstream.Listing) error {
+			return imported(si.ImportStream(ctx, importEntries(in), func(stored []upstream.Listing) error {
 				if show != nil {
 					show(len(stored))
 				}
 				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("import: %w", err)
-			}
-			return printJSON(stdout, map[string]any{"imported": n})
+			}))
 		}
 		return withCache(ctx, cfg, s, log, func(listings *cache.Cache) error {
 			n, err := listings.ImportStream(ctx, importEntries(in), show)
-			if err != nil {
-				return fmt.Errorf("import: %w", err)
-			}
-			if inc := listings.Stats().Incoherent; inc > 0 {
+			if inc := listings.Stats().Incoherent; err == nil && inc > 0 {
 				return fmt.Errorf("imported %d listings, but %d cache keys could be neither written nor cleared; they expire within the negative TTL", n, inc)
 			}
-			return printJSON(stdout, map[string]any{"imported": n})
+			return imported(n, err)
 		})
 	})
 }
