@@ -51,6 +51,48 @@ type Revocation struct {
 	At     time.Time
 }
 
+// SigningKey is the public half of a token-signing key and its role in the
+// fleet's key set. Every gateway reads the set from the store, so that all
+// of them publish and accept the same keys; the private half never enters
+// the store (see package signing). Times have millisecond resolution.
+type SigningKey struct {
+	ID  string // the kid
+	Alg string // pinned: SigningAlgEdDSA or SigningAlgES256
+	// PublicKey is the key in PKIX, ASN.1 DER form.
+	PublicKey []byte
+	AddedAt   time.Time
+	// SignsFrom is when the key was made the signer; zero: never. Of the
+	// keys in force, the one made signer last signs.
+	SignsFrom time.Time
+	// VerifiesUntil is when a retired key stops verifying; zero: in force.
+	VerifiesUntil time.Time
+}
+
+// The algorithms a SigningKey may pin.
+const (
+	SigningAlgEdDSA = "EdDSA"
+	SigningAlgES256 = "ES256"
+)
+
+// Retired reports whether k was retired: it signs no more, and verifies
+// until VerifiesUntil.
+func (k SigningKey) Retired() bool { return !k.VerifiesUntil.IsZero() }
+
+// ActiveSigningKey is the key of keys that signs: of those in force (not
+// retired), the one made signer last, the greater kid on a tie. ok is false
+// when no key in force was ever made signer.
+func ActiveSigningKey(keys []SigningKey) (active SigningKey, ok bool) {
+	for _, k := range keys {
+		if k.Retired() || k.SignsFrom.IsZero() {
+			continue
+		}
+		if !ok || k.SignsFrom.After(active.SignsFrom) || (k.SignsFrom.Equal(active.SignsFrom) && k.ID > active.ID) {
+			active, ok = k, true
+		}
+	}
+	return active, ok
+}
+
 // NormalizeEmail is the one form in which e-mails are stored and compared.
 func NormalizeEmail(email string) string {
 	return strings.ToLower(strings.TrimSpace(email))
@@ -295,6 +337,25 @@ type Store interface {
 	// PruneRevocations removes the revocations whose time is before
 	// before, and returns how many it removed.
 	PruneRevocations(ctx context.Context, before time.Time) (int64, error)
+
+	// AddSigningKey publishes a key: from then on it verifies, and it can
+	// be made the signer. Its AddedAt is set by the store. Adding a key
+	// whose kid, algorithm and public key are all stored already changes
+	// nothing and returns the stored key, so that a gateway may publish its
+	// keys at every start; a kid stored with another key or algorithm is
+	// ErrConflict, an empty kid or key or another algorithm ErrInvalid.
+	AddSigningKey(ctx context.Context, k SigningKey, at time.Time) (SigningKey, error)
+	// SigningKeys returns every key ever added, retired ones too, by kid.
+	SigningKeys(ctx context.Context) ([]SigningKey, error)
+	// ActivateSigningKey makes key kid the signer from at (see
+	// ActiveSigningKey) and returns it. An unknown kid is ErrNotFound, a
+	// retired key ErrConflict.
+	ActivateSigningKey(ctx context.Context, kid string, at time.Time) (SigningKey, error)
+	// RetireSigningKey retires key kid: it verifies until until, then no
+	// more, and returns it. Retiring a retired key changes nothing and
+	// returns it; an unknown kid is ErrNotFound; the key that signs is
+	// ErrConflict (another must be made signer first).
+	RetireSigningKey(ctx context.Context, kid string, until time.Time) (SigningKey, error)
 
 	// ImportListings stores new listings atomically: all or none. It keeps
 	// the given id and no, assigns those that are zero, and returns the

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) upstream.Store) {
 		{"DisableUser", testDisableUser},
 		{"EnableUser", testEnableUser},
 		{"RevokeTokens", testRevokeTokens},
+		{"SigningKeys", testSigningKeys},
 		{"NotFound", testNotFound},
 		{"FullListingRoundTrip", testFullListingRoundTrip},
 		{"MinimalListing", testMinimalListing},
