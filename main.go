@@ -62,7 +62,11 @@ const usage = `usage:
   gateway token revoke --firm N [--email E]
   gateway listing import FILE|-
   gateway cdn purge --firm N | --listing ID|FIRM-NO
-  gateway cache purge ID|FIRM-NO`
+  gateway cache purge ID|FIRM-NO
+  gateway signing-key add [--alg EdDSA|ES256] [--key-file PATH [--kid KID]]
+  gateway signing-key activate --kid KID [--now]
+  gateway signing-key retire --kid KID
+  gateway signing-key list`
 
 func run(ctx context.Context, args []string, environ map[string]string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
@@ -105,6 +109,14 @@ func run(ctx context.Context, args []string, environ map[string]string, stdin io
 		return commands.CDNPurge(ctx, cfg, log, args[2:], stdout)
 	case "cache purge":
 		return commands.CachePurge(ctx, cfg, log, args[2:], stdout)
+	case "signing-key add":
+		return commands.SigningKeyAdd(ctx, cfg, args[2:], stdout)
+	case "signing-key activate":
+		return commands.SigningKeyActivate(ctx, cfg, args[2:], stdout)
+	case "signing-key retire":
+		return commands.SigningKeyRetire(ctx, cfg, args[2:], stdout)
+	case "signing-key list":
+		return commands.SigningKeyList(ctx, cfg, args[2:], stdout)
 	default:
 		return commands.UsageError(usage)
 	}

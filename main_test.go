@@ -36,7 +36,8 @@ func TestHelpListsEveryCommand(t *testing.T) {
 	}
 	cmdEnv := map[string]string{"GATEWAY_DATA_DIR": t.TempDir()} // the built-in configuration
 	for _, cmd := range []string{"serve", "version", "healthcheck", "firm add", "firm rotate-key", "user add", "user disable",
-		"user enable", "token revoke", "listing import", "cdn purge", "cache purge"} {
+		"user enable", "token revoke", "listing import", "cdn purge", "cache purge",
+		"signing-key add", "signing-key activate", "signing-key retire", "signing-key list"} {
 		if !strings.Contains(out.String(), "gateway "+cmd) && !strings.Contains(out.String(), "gateway ["+cmd+"]") {
 			t.Errorf("--help does not list %q", cmd)
 		}

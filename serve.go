@@ -30,6 +30,7 @@ import (
 	"github.com/realty-gateway/gateway/metrics"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/revocation"
+	"github.com/realty-gateway/gateway/signing"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -71,6 +72,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		backgroundDone.Go(func() { p.feed.Run(background) })
 	}
 	backgroundDone.Go(func() { p.revocations.Run(background) })
+	backgroundDone.Go(func() { p.tokenKeys.Run(background) })
 	var draining atomic.Bool
 	ready := adminserver.NewReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
 	newMetrics(m, p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, p.revocations, cfg.Cache.LocalBytes, ready)
@@ -90,7 +92,10 @@ type parts struct {
 	// revocations keeps the token revocations in force, loaded by
 	// assemble: a gateway refuses a revoked token from its first request.
 	revocations *revocation.Keeper
-	srv         *gateway.Server
+	// tokenKeys keeps the fleet's token keys, published and read by
+	// assemble: the first token is signed with the fleet's signer.
+	tokenKeys *signing.Keyring
+	srv       *gateway.Server
 }
 
 // assemble opens the store and Redis and builds the gateway on them, with
@@ -189,11 +194,29 @@ func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, m
 	if err := p.revocations.Load(ctx); err != nil {
 		return nil, err
 	}
+	if p.tokenKeys, err = newTokenKeys(ctx, cfg, p.guarded, log); err != nil {
+		return nil, err
+	}
 	if p.srv, err = gateway.New(cfg.GatewayConfig(), gateway.Deps{Listings: p.listings, Accounts: p.guarded, Limiter: p.limiter, Purger: purger,
-		Revoked: revoked, Log: log, Tracer: tp, RetryAfter: cfg.Breaker.OpenFor, CacheTTL: cfg.Cache.Fresh, Observer: observer}); err != nil {
+		Revoked: revoked, Log: log, Tracer: tp, RetryAfter: cfg.Breaker.OpenFor, CacheTTL: cfg.Cache.Fresh, Observer: observer,
+		Keys: p.tokenKeys}); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// newTokenKeys reads this gateway's private keys, publishes them in the
+// store and reads the fleet's key set.
+func newTokenKeys(ctx context.Context, cfg config.Config, store signing.Store, log *slog.Logger) (*signing.Keyring, error) {
+	hmacs, err := cfg.HTTP.JWT.SigningKeys()
+	if err != nil {
+		return nil, err
+	}
+	keys, err := signing.New(cfg.SigningConfig(), signing.Deps{Store: store, HMAC: hmacs, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	return keys, keys.Start(ctx)
 }
 
 // holderName names this process to operators looking at who consumes the

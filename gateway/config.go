@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"github.com/realty-gateway/gateway/signing"
+
 	"errors"
 	"fmt"
 	"slices"
@@ -37,12 +39,16 @@ type Config struct {
 
 // JWT configures token issuance and checks.
 type JWT struct {
-	Secret   settings.Secret `yaml:"secret" env:"JWT_SECRET" help:"HS256 key of at least 32 bytes, kid \"default\"; empty = generated once into the data directory"`
-	Keys     settings.Secret `yaml:"keys" env:"JWT_KEYS" help:"rotation: kid:secret,kid:secret; the first signs, all verify; replaces the secret"`
-	Issuer   string          `yaml:"issuer" env:"JWT_ISSUER" help:"iss, issued and required"`
-	Audience string          `yaml:"audience" env:"JWT_AUDIENCE" help:"aud, issued and required"`
-	TokenTTL time.Duration   `yaml:"tokenTTL" env:"TOKEN_TTL" help:"token lifetime"`
-	Leeway   time.Duration   `yaml:"leeway" env:"JWT_LEEWAY" help:"clock skew allowed on exp and nbf"`
+	Algorithm  string          `yaml:"algorithm" env:"JWT_ALGORITHM" help:"signs new tokens: EdDSA, ES256 or HS256; empty = HS256 where a secret or keys are configured, else EdDSA"`
+	KeyFiles   string          `yaml:"keyFiles" env:"JWT_KEY_FILES" help:"private EdDSA/ES256 keys as kid:alg:path,... (PEM, mode 0600); empty = every <kid>.pem of <dataDir>/signing-keys, one generated on first start"`
+	KeysPoll   time.Duration   `yaml:"keysPoll" env:"JWT_KEYS_POLL" help:"how often the fleet's key set is read from the store"`
+	JWKSMaxAge time.Duration   `yaml:"jwksMaxAge" env:"JWKS_MAX_AGE" help:"max-age of /.well-known/jwks.json; a new key is published at least this long before it signs"`
+	Secret     settings.Secret `yaml:"secret" env:"JWT_SECRET" help:"HS256 key of at least 32 bytes, kid \"default\"; verifies, and signs under HS256"`
+	Keys       settings.Secret `yaml:"keys" env:"JWT_KEYS" help:"HS256 rotation: kid:secret,kid:secret; the first signs under HS256, all verify; replaces the secret"`
+	Issuer     string          `yaml:"issuer" env:"JWT_ISSUER" help:"iss, issued and required; an https URL also serves /.well-known/openid-configuration"`
+	Audience   string          `yaml:"audience" env:"JWT_AUDIENCE" help:"aud, issued and required"`
+	TokenTTL   time.Duration   `yaml:"tokenTTL" env:"TOKEN_TTL" help:"token lifetime"`
+	Leeway     time.Duration   `yaml:"leeway" env:"JWT_LEEWAY" help:"clock skew allowed on exp and nbf"`
 }
 
 // Login bounds logins: password hashing and the login limits.
@@ -93,7 +99,8 @@ func DefaultConfig() Config {
 		HeaderLimit:    8 << 10,
 		TrustedProxies: []string{},
 		AccessLog:      "all",
-		JWT:            JWT{Issuer: "realty-gateway", Audience: "realty-api", TokenTTL: time.Hour, Leeway: 30 * time.Second},
+		JWT: JWT{Issuer: "realty-gateway", Audience: "realty-api", TokenTTL: time.Hour, Leeway: 30 * time.Second,
+			KeysPoll: 5 * time.Second, JWKSMaxAge: 5 * time.Minute},
 		Login: Login{
 			HashConcurrency: 4, HashWait: 250 * time.Millisecond,
 			AccountFailures: 20, IPAttempts: 300, KeyAttempts: 1000, UnknownKeyAttempts: 1000,
@@ -130,6 +137,7 @@ func (c Config) Validate() error {
 	count("http.headerLimit", c.HeaderLimit)
 	notNegative("http.maxAge", c.MaxAge)
 	positive("http.jwt.tokenTTL", c.JWT.TokenTTL)
+	notNegative("http.jwt.jwksMaxAge", c.JWT.JWKSMaxAge)
 	notNegative("http.jwt.leeway", c.JWT.Leeway)
 	if c.JWT.Issuer == "" || c.JWT.Audience == "" {
 		errs = append(errs, errors.New("http.jwt.issuer and http.jwt.audience must be set"))
@@ -166,9 +174,12 @@ func (c Config) Validate() error {
 // MinSecretBytes is the shortest accepted HS256 key.
 const MinSecretBytes = 32
 
-// SigningKeys returns the token keys: Keys when set, else Secret with kid
-// "default".
+// SigningKeys returns the HS256 keys: Keys when set, else Secret with kid
+// "default"; none where neither is set and HS256 does not sign.
 func (j JWT) SigningKeys() ([]SigningKey, error) {
+	if j.Keys == "" && j.Secret == "" && j.Algorithm != signing.AlgHS256 {
+		return nil, nil
+	}
 	if j.Keys == "" {
 		if len(j.Secret) < MinSecretBytes {
 			return nil, fmt.Errorf("http.jwt.secret shorter than %d bytes", MinSecretBytes)

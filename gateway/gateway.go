@@ -135,6 +135,9 @@ type Deps struct {
 	CacheTTL time.Duration
 	// Observer is told every answer; nil: NoObserver.
 	Observer Observer
+	// Keys sign and verify tokens; nil: StaticKeys of the configured
+	// HS256 secrets.
+	Keys TokenKeys
 }
 
 // validate reports each dependency that is missing or out of range.
@@ -177,15 +180,19 @@ type Server struct {
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
 
+	tokenKeys TokenKeys
+
 	// Derived from the settings once by New.
-	keys    []SigningKey
 	limits  loginLimits
 	proxies []netip.Prefix
 	// pseudonymKey is the HMAC key of the login limiter's pseudonyms.
 	pseudonymKey      []byte
 	controls          cacheControls
 	retryAfterSeconds int
-	apiDescription    openAPIVariants // the served API description
+	apiDescription    documentVariants // the served API description
+	compressor        *coding.Compressor
+	openIDDoc         *documentVariants // nil: the issuer is no https URL
+	jwksCacheControl  string
 	// origin is the principal of a CDN that proved the origin secret: no
 	// firm, so it reads active listings only.
 	origin *verifiedToken
@@ -194,6 +201,7 @@ type Server struct {
 	requestIDPrefix string
 
 	// State shared by requests.
+	jwks      atomic.Pointer[publishedKeys]
 	verified  *otter.Cache[uint64, *verifiedToken]
 	tokenSeed maphash.Seed
 	// knownKeys holds digests of API keys that resolved to a firm lately.
@@ -209,7 +217,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	keys, err := cfg.JWT.SigningKeys()
+	keys, err := tokenKeys(cfg.JWT, deps.Keys)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -237,6 +245,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	openID, err := newOpenIDDocument(z, cfg.JWT.Issuer)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	purger := deps.Purger
 	if purger == nil {
 		purger = NoPurge{}
@@ -254,13 +266,16 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		obs:               deps.Observer,
 		tracer:            tracer,
 		propagator:        propagator,
-		keys:              keys,
+		tokenKeys:         keys,
 		limits:            cfg.Login.limits(),
 		proxies:           proxies,
-		pseudonymKey:      pseudonymKey(keys),
+		pseudonymKey:      pseudonymKey(keys.DeploymentSecret()),
 		controls:          newCacheControls(cfg),
 		retryAfterSeconds: seconds(deps.RetryAfter, 1),
 		apiDescription:    openAPI,
+		compressor:        z,
+		openIDDoc:         openID,
+		jwksCacheControl:  fmt.Sprintf("public, max-age=%d", int(cfg.JWT.JWKSMaxAge/time.Second)),
 		origin:            &verifiedToken{},
 		dummyHash:         dummy,
 		requestIDPrefix:   idPrefix,
@@ -309,14 +324,34 @@ func (s *Server) App() *fiber.App {
 	app.Put("/realty/:ref", auth, s.replace)
 	app.Delete("/realty/:ref", auth, s.remove)
 	app.Get("/openapi.yaml", s.openAPI)
+	app.Get(jwksPath, s.publishKeys)
+	app.Get(openIDConfigurationPath, s.openIDConfiguration)
 	return app
 }
 
-// pseudonymKey derives the limiter keys' secret from the signing keys, so
-// that every gateway of a deployment derives the same one. It takes the
-// last key, the one that stays longest through a rotation.
-func pseudonymKey(keys []SigningKey) []byte {
-	mac := hmac.New(sha256.New, keys[len(keys)-1].Secret)
+// tokenKeys are the given keys, else StaticKeys of the configured secrets.
+func tokenKeys(cfg JWT, given TokenKeys) (TokenKeys, error) {
+	if given != nil {
+		if given.Current() == nil {
+			return nil, errors.New("token keys have no key set")
+		}
+		return given, nil
+	}
+	keys, err := cfg.SigningKeys()
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no token keys: give Keys, or configure an HS256 secret")
+	}
+	return NewStaticKeys(keys)
+}
+
+// pseudonymKey derives the limiter keys' secret from the deployment's
+// secret (see TokenKeys), so that every gateway of a deployment derives
+// the same one.
+func pseudonymKey(secret []byte) []byte {
+	mac := hmac.New(sha256.New, secret)
 	mac.Write([]byte("login-limit-pseudonyms"))
 	return mac.Sum(nil)
 }

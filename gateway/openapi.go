@@ -16,20 +16,27 @@ import (
 //go:embed openapi.yaml
 var openAPIYAML []byte
 
-// openAPIVariants are the API description in each coding, with its entity
-// tag: made once by New, as the listing bodies are, and tagged the way
-// they are.
-type openAPIVariants [coding.Count]struct{ body, etag []byte }
+// documentVariants are a public document in each coding, with its entity
+// tag: made once, as the listing bodies are, and tagged the way they are.
+type documentVariants [coding.Count]struct{ body, etag []byte }
 
-func newOpenAPIVariants(z *coding.Compressor) (openAPIVariants, error) {
-	var v openAPIVariants
-	identity := upstream.ETag(openAPIYAML)
+func newDocumentVariants(z *coding.Compressor, doc []byte) (documentVariants, error) {
+	var v documentVariants
+	identity := upstream.ETag(doc)
 	for c := range coding.Count {
-		body, err := z.Compress(c, openAPIYAML)
+		body, err := z.Compress(c, doc)
 		if err != nil {
-			return v, fmt.Errorf("openapi.yaml: %w", err)
+			return v, err
 		}
 		v[c].body, v[c].etag = body, coding.AppendTag(nil, identity, c)
+	}
+	return v, nil
+}
+
+func newOpenAPIVariants(z *coding.Compressor) (documentVariants, error) {
+	v, err := newDocumentVariants(z, openAPIYAML)
+	if err != nil {
+		return v, fmt.Errorf("openapi.yaml: %w", err)
 	}
 	return v, nil
 }
@@ -45,6 +52,13 @@ const openAPIMediaType = "application/yaml"
 // openAPI serves the API description, to anyone: no token. HEAD is
 // answered like GET, without the body.
 func (s *Server) openAPI(c *fiber.Ctx) error {
+	return serveDocument(c, &s.apiDescription, openAPIMediaType, openAPICacheControl)
+}
+
+// serveDocument answers with the variant of the document in the coding the
+// request accepts: 304 where If-None-Match names its tag, 406 where it
+// accepts none.
+func serveDocument(c *fiber.Ctx, doc *documentVariants, mediaType, cacheControl string) error {
 	h := &c.Response().Header
 	req := &c.Request().Header
 	h.Set(fiber.HeaderVary, fiber.HeaderAcceptEncoding)
@@ -52,15 +66,15 @@ func (s *Server) openAPI(c *fiber.Ctx) error {
 	if !ok {
 		return errNotAcceptable
 	}
-	v := s.apiDescription[cod]
+	v := doc[cod]
 	h.SetBytesV(fiber.HeaderETag, v.etag)
-	h.Set(fiber.HeaderCacheControl, openAPICacheControl)
+	h.Set(fiber.HeaderCacheControl, cacheControl)
 	if noneMatch(req.PeekAll(fiber.HeaderIfNoneMatch), v.etag) {
 		return c.SendStatus(fiber.StatusNotModified)
 	}
 	if cod != coding.Identity {
 		h.Set(fiber.HeaderContentEncoding, cod.Name())
 	}
-	h.SetContentType(openAPIMediaType)
+	h.SetContentType(mediaType)
 	return c.Send(v.body)
 }

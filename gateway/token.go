@@ -17,10 +17,11 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/maypok86/otter/v2"
+
+	"github.com/realty-gateway/gateway/signing"
 )
 
 const (
-	signingAlg = "HS256"
 	// bearerChallenge answers a request that presented no bearer token;
 	// invalidTokenChallenge one whose token was refused (RFC 6750 §3.1).
 	// Neither says why: the reason is the server's to log and count.
@@ -34,10 +35,34 @@ const (
 type principalKey struct{}
 
 // SigningKey is one HS256 key; its ID goes in the token's kid header.
-type SigningKey struct {
-	ID     string
-	Secret []byte
+type SigningKey = signing.HMACKey
+
+// TokenKeys are the keys that sign and verify tokens: a *signing.Keyring,
+// or StaticKeys of the configured HS256 secrets.
+type TokenKeys interface {
+	// Current is the key set in force; it is read once per use.
+	Current() *signing.KeySet
+	// DeploymentSecret is shared by the deployment's gateways.
+	DeploymentSecret() []byte
 }
+
+// StaticKeys are HS256 keys that never change: the first signs.
+type StaticKeys struct {
+	set    *signing.KeySet
+	secret []byte
+}
+
+// NewStaticKeys builds StaticKeys of keys.
+func NewStaticKeys(keys []SigningKey) (*StaticKeys, error) {
+	set, err := signing.NewStatic(keys)
+	if err != nil {
+		return nil, err
+	}
+	return &StaticKeys{set: set, secret: keys[len(keys)-1].Secret}, nil
+}
+
+func (k *StaticKeys) Current() *signing.KeySet { return k.set }
+func (k *StaticKeys) DeploymentSecret() []byte { return k.secret }
 
 // principal is who a verified token speaks for.
 type principal struct {
@@ -78,10 +103,7 @@ func (s *Server) issueToken(firmID, userID int64, now time.Time) (string, error)
 		FirmID:     firmID,
 		FirmUserID: userID,
 	}
-	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
-	signer := s.keys[0]
-	tok.Header["kid"] = signer.ID
-	return tok.SignedString(signer.Secret)
+	return s.tokenKeys.Current().Sign(claims)
 }
 
 // epochSeconds is a NumericDate that must be a JSON number: golang-jwt's
@@ -222,14 +244,11 @@ func presentsBearer(h []byte) bool {
 
 // requireToken checks the bearer token before anything else of a request.
 func (s *Server) requireToken() fiber.Handler {
-	keys := make(map[string]jwtware.SigningKey, len(s.keys))
-	for _, k := range s.keys {
-		keys[k.ID] = jwtware.SigningKey{JWTAlg: signingAlg, Key: k.Secret}
-	}
 	verify := jwtware.New(jwtware.Config{
-		SigningKeys: keys,
-		Claims:      &checkedClaims{},
-		ContextKey:  tokenKey,
+		// The key set in force names the key, pinned to its algorithm.
+		KeyFunc:    func(t *jwt.Token) (any, error) { return s.tokenKeys.Current().Keyfunc(t) },
+		Claims:     &checkedClaims{},
+		ContextKey: tokenKey,
 		ErrorHandler: func(c *fiber.Ctx, _ error) error {
 			return s.refuse(authInvalid, c.Request().Header.Peek(fiber.HeaderAuthorization))
 		},

@@ -30,7 +30,7 @@ type Guarded struct {
 // GuardedOps are the operation names that Guarded reports to Observe.
 func GuardedOps() []string {
 	return []string{"listing_by_id", "listing_by_number", "firm_by_key", "user_by_email", "import_listings",
-		"update_listing", "delete_listing", "revocations", "prune_revocations", "add_signing_key", "signing_keys"}
+		"update_listing", "delete_listing", "revocations", "prune_revocations", "add_signing_key", "activate_signing_key", "signing_keys"}
 }
 
 // GuardedDeps are a Guarded's collaborators.
@@ -179,6 +179,12 @@ func (g *Guarded) Revocations(ctx context.Context, since time.Time) ([]Revocatio
 func (g *Guarded) AddSigningKey(ctx context.Context, k SigningKey, at time.Time) (SigningKey, error) {
 	return guard(ctx, g, "add_signing_key", func(ctx context.Context) (SigningKey, error) {
 		return g.store.AddSigningKey(ctx, k, at)
+	})
+}
+
+func (g *Guarded) ActivateSigningKey(ctx context.Context, kid string, at time.Time) (SigningKey, error) {
+	return guard(ctx, g, "activate_signing_key", func(ctx context.Context) (SigningKey, error) {
+		return g.store.ActivateSigningKey(ctx, kid, at)
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/caarlos0/env/v11"
@@ -26,6 +27,8 @@ import (
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/internal/settings"
 	"github.com/realty-gateway/gateway/revocation"
+	"github.com/realty-gateway/gateway/signing"
+	"github.com/realty-gateway/gateway/upstream"
 )
 
 const (
@@ -148,6 +151,24 @@ func (c Config) PurgerDeps(log *slog.Logger) cdn.Deps {
 
 // KeeperDeps are what the revocations' keeper takes from the other parts'
 // settings: a revocation lasts as long as the longest token.
+// SigningConfig is the token keys' part: the key files or the data
+// directory's key folder, and the algorithm that signs. Unset, that is
+// HS256 where a secret or keys are configured (a deployment from before
+// asymmetric keys goes on as it was), else EdDSA.
+func (c Config) SigningConfig() signing.Config {
+	jwt := c.HTTP.JWT
+	alg := jwt.Algorithm
+	switch {
+	case alg != "":
+	case jwt.Keys != "" || jwt.Secret != "":
+		alg = signing.AlgHS256
+	default:
+		alg = upstream.SigningAlgEdDSA
+	}
+	return signing.Config{Algorithm: alg, KeyFiles: jwt.KeyFiles,
+		KeyDir: filepath.Join(c.Server.DataDir, "signing-keys"), Poll: jwt.KeysPoll}
+}
+
 func (c Config) KeeperDeps(set *revocation.Set, src revocation.Source, rdb redis.UniversalClient, log *slog.Logger) revocation.Deps {
 	return revocation.Deps{Set: set, Source: src, Redis: rdb, Prefix: c.Redis.Prefix, Horizon: c.HTTP.JWT.TokenTTL + c.HTTP.JWT.Leeway,
 		StoreTimeout: c.Store.Timeout, RedisTimeout: c.Redis.Timeout, Log: log}

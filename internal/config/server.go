@@ -11,7 +11,7 @@ import (
 type Server struct {
 	Addr            string        `yaml:"addr" env:"ADDR" help:"public listener"`
 	AdminAddr       string        `yaml:"adminAddr" env:"ADMIN_ADDR" help:"liveness, readiness, metrics and stats listener; keep it private"`
-	DataDir         string        `yaml:"dataDir" env:"DATA_DIR" help:"where a generated JWT secret is kept"`
+	DataDir         string        `yaml:"dataDir" env:"DATA_DIR" help:"where generated token keys (signing-keys/) and an HS256 secret are kept"`
 	LogLevel        string        `yaml:"logLevel" env:"LOG_LEVEL" help:"debug, info, warn or error (anything else: info)"`
 	ShutdownDelay   time.Duration `yaml:"shutdownDelay" env:"SHUTDOWN_DELAY" help:"readiness is false this long before draining"`
 	ShutdownTimeout time.Duration `yaml:"shutdownTimeout" env:"SHUTDOWN_TIMEOUT" help:"drain limit for in-flight requests"`

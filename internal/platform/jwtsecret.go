@@ -12,14 +12,28 @@ import (
 
 	"github.com/realty-gateway/gateway/internal/config"
 	"github.com/realty-gateway/gateway/internal/settings"
+	"github.com/realty-gateway/gateway/signing"
 )
 
-// EnsureJWTSecret gives cfg a JWT secret when it has neither keys nor a
-// secret: one generated once and kept in the data directory, so that
-// tokens survive a restart.
+// EnsureJWTSecret resolves which algorithm signs and gives cfg the HS256
+// secret it needs. Unset, the algorithm is HS256 where a secret or keys are
+// configured (a deployment from before asymmetric keys goes on as it was),
+// else EdDSA. HS256 without a secret takes one generated once into the
+// data directory, so that tokens survive a restart; an asymmetric
+// algorithm takes the secret generated there before, if any, so that the
+// tokens it signed verify until they expire, and generates none.
 func EnsureJWTSecret(cfg *config.Config, log *slog.Logger) error {
 	jwt := &cfg.HTTP.JWT
+	jwt.Algorithm = cfg.SigningConfig().Algorithm
 	if jwt.Keys != "" || jwt.Secret != "" {
+		return nil
+	}
+	if jwt.Algorithm != signing.AlgHS256 {
+		b, err := os.ReadFile(filepath.Join(cfg.Server.DataDir, "jwt-secret"))
+		if err == nil {
+			log.Info("the HS256 secret generated in the data directory verifies the tokens it signed; it signs no more", "alg", jwt.Algorithm)
+			jwt.Secret = settings.Secret(strings.TrimSpace(string(b)))
+		}
 		return nil
 	}
 	sec, err := generatedSecret(cfg.Server.DataDir)

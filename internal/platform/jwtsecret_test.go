@@ -1,6 +1,9 @@
 package platform
 
 import (
+	"github.com/realty-gateway/gateway/signing"
+	"github.com/realty-gateway/gateway/upstream"
+
 	"bytes"
 	"encoding/hex"
 	"errors"
@@ -106,6 +109,7 @@ func TestSigningKeysGeneratedSecret(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Defaults()
 			cfg.Server.DataDir = tt.giveDataDir(t)
+			cfg.HTTP.JWT.Algorithm = signing.AlgHS256
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 
@@ -148,6 +152,7 @@ func TestSigningKeysGeneratedSecret(t *testing.T) {
 
 			other := config.Defaults()
 			other.Server.DataDir = t.TempDir()
+			other.HTTP.JWT.Algorithm = signing.AlgHS256
 			third, err := signingKeys(&other, log)
 			if err != nil {
 				t.Fatalf("signingKeys() in another data directory: error = %v", err)
@@ -161,6 +166,33 @@ func TestSigningKeysGeneratedSecret(t *testing.T) {
 
 // signingKeys is what serve does with the JWT settings: a generated secret
 // when none is configured, then the gateway's parse.
+// TestAsymmetricDefaultKeepsTheGeneratedSecret: a new install signs with
+// EdDSA and generates no HS256 secret; one that generated a secret before
+// keeps it to verify the tokens it signed, and HS256 no longer signs.
+func TestAsymmetricDefaultKeepsTheGeneratedSecret(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	cfg := config.Defaults()
+	cfg.Server.DataDir = t.TempDir()
+	keys, err := signingKeys(&cfg, log)
+	if err != nil || len(keys) != 0 || cfg.HTTP.JWT.Algorithm != upstream.SigningAlgEdDSA {
+		t.Fatalf("new install: keys %q, algorithm %q, err %v; want no HS256 key and EdDSA", keys, cfg.HTTP.JWT.Algorithm, err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Server.DataDir, "jwt-secret")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("new install wrote a jwt-secret: %v", err)
+	}
+	const old = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	dir := cfg.Server.DataDir
+	cfg = config.Defaults()
+	cfg.Server.DataDir = dir
+	if err := os.WriteFile(filepath.Join(cfg.Server.DataDir, "jwt-secret"), []byte(old+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, err = signingKeys(&cfg, log)
+	if err != nil || len(keys) != 1 || string(keys[0].Secret) != old || cfg.HTTP.JWT.Algorithm != upstream.SigningAlgEdDSA {
+		t.Fatalf("upgraded install: keys %q, algorithm %q, err %v; want the old secret verifying and EdDSA signing", keys, cfg.HTTP.JWT.Algorithm, err)
+	}
+}
+
 func signingKeys(cfg *config.Config, log *slog.Logger) ([]gateway.SigningKey, error) {
 	if err := EnsureJWTSecret(cfg, log); err != nil {
 		return nil, err

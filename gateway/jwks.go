@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/realty-gateway/gateway/coding"
+	"github.com/realty-gateway/gateway/signing"
+)
+
+// The issuer's public documents: anyone may read them, with no token.
+const (
+	jwksPath                = "/.well-known/jwks.json"
+	openIDConfigurationPath = "/.well-known/openid-configuration"
+	// jwkSetMediaType is RFC 7517 §8.5's.
+	jwkSetMediaType = "application/jwk-set+json"
+)
+
+// publishedKeys are the JWKS of one key set, in each coding: made on the
+// first request after the key set changed.
+type publishedKeys struct {
+	set *signing.KeySet
+	doc documentVariants
+}
+
+// publishKeys serves the JWKS of the asymmetric keys in force (RFC 7517,
+// RFC 8037): public members only, never an HS256 secret. Edges cache it for
+// http.jwt.jwksMaxAge, which is why a new key is published that long
+// before it signs.
+func (s *Server) publishKeys(c *fiber.Ctx) error {
+	set := s.tokenKeys.Current()
+	p := s.jwks.Load()
+	if p == nil || p.set != set {
+		body, _ := set.JWKS()
+		doc, err := newDocumentVariants(s.compressor, body)
+		if err != nil {
+			return fmt.Errorf("jwks: %w", err)
+		}
+		p = &publishedKeys{set: set, doc: doc}
+		s.jwks.Store(p)
+	}
+	return serveDocument(c, &p.doc, jwkSetMediaType, s.jwksCacheControl)
+}
+
+// openIDConfiguration serves the issuer's metadata (OpenID Connect
+// Discovery §3, the members a verifier reads) where the issuer is an https
+// URL: jwks_uri is then the issuer's own, never built from a request's
+// Host. Any other issuer answers 404.
+func (s *Server) openIDConfiguration(c *fiber.Ctx) error {
+	if s.openIDDoc == nil {
+		return fiber.ErrNotFound
+	}
+	return serveDocument(c, s.openIDDoc, fiber.MIMEApplicationJSON, s.jwksCacheControl)
+}
+
+// newOpenIDDocument is the metadata document of issuer; nil where the
+// issuer is no https URL.
+func newOpenIDDocument(z *coding.Compressor, issuer string) (*documentVariants, error) {
+	if !strings.HasPrefix(issuer, "https://") {
+		return nil, nil
+	}
+	body, err := json.Marshal(map[string]any{
+		"issuer":                                issuer,
+		"jwks_uri":                              strings.TrimSuffix(issuer, "/") + jwksPath,
+		"id_token_signing_alg_values_supported": []string{"EdDSA", "ES256"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	doc, err := newDocumentVariants(z, body)
+	if err != nil {
+		return nil, fmt.Errorf("openid-configuration: %w", err)
+	}
+	return &doc, nil
+}
