@@ -9,6 +9,7 @@ require (
 	github.com/andybalholm/brotli v1.3.0
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/exaring/otelpgx v0.13.0
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/go-logr/logr v1.4.4
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/gofiber/contrib/jwt v1.1.2
