@@ -21,6 +21,7 @@ import (
 	"github.com/realty-gateway/gateway/internal/settings"
 	"github.com/realty-gateway/gateway/ratelimit"
 	"github.com/realty-gateway/gateway/revocation"
+	"github.com/realty-gateway/gateway/signing"
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
 )
@@ -83,6 +84,9 @@ type fixtureOptions struct {
 	cache func(src cache.Source, log *slog.Logger) Listings
 	// cacheTTL is the fresh time of the listings; 0: the fixture cache's.
 	cacheTTL time.Duration
+	// tokenAlg, when set, signs with a signing.Keyring of that algorithm
+	// on the fixture's store (the HS256 key still verifies).
+	tokenAlg string
 }
 
 func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
@@ -167,7 +171,7 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 		cacheTTL = fresh
 	}
 	srv, err := New(cfg, Deps{Listings: wrapped, Accounts: accounts, Limiter: limiter, Purger: o.purger, Revoked: revoked, Log: log,
-		RetryAfter: 5 * time.Second, CacheTTL: cacheTTL})
+		RetryAfter: 5 * time.Second, CacheTTL: cacheTTL, Keys: fixtureKeys(t, o.tokenAlg, cfg.JWT, guarded, log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,6 +262,28 @@ func with(c jwt.MapClaims, key string, value any) jwt.MapClaims {
 }
 
 // bearer returns an Authorization value for a user of a firm.
+// fixtureKeys is a Keyring of alg on store, or nil for the configured
+// HS256 keys alone.
+func fixtureKeys(t testing.TB, alg string, cfg JWT, store signing.Store, log *slog.Logger) TokenKeys {
+	t.Helper()
+	if alg == "" {
+		return nil
+	}
+	hmacs, err := cfg.SigningKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := signing.New(signing.Config{Algorithm: alg, KeyDir: t.TempDir(), Poll: time.Hour},
+		signing.Deps{Store: store, HMAC: hmacs, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := keys.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
 func bearer(t testing.TB, firmID, userID int64) string {
 	t.Helper()
 	c := with(with(with(goodClaims(time.Now()), "firmId", firmID), "firmUserId", userID), "sub", jsonNumber(userID))

@@ -97,6 +97,8 @@ func (l *lab) prepare(ctx context.Context) error {
 		return l.startMiss(ctx)
 	case l.opts.codings:
 		return l.startCodings(ctx)
+	case l.opts.tokens:
+		return l.startTokens(ctx)
 	}
 	return nil
 }
@@ -219,7 +221,7 @@ func (l *lab) seed(ctx context.Context) error {
 		}
 	}
 	n := 0
-	if l.opts.cases || l.opts.miss || l.opts.codings || l.opts.feed {
+	if l.opts.cases || l.opts.miss || l.opts.codings || l.opts.tokens || l.opts.feed {
 		n = l.opts.listings
 	}
 	if l.opts.longtail && !l.opts.feed {
@@ -528,23 +530,29 @@ func (l *lab) login() error {
 	if addr == "" {
 		return errors.New("login: no gateway on PostgreSQL is running")
 	}
+	tok, err := l.loginAt(addr)
+	l.token = tok
+	return err
+}
+
+// loginAt logs the bench's user in at the gateway on addr.
+func (l *lab) loginAt(addr string) (string, error) {
 	body := fmt.Sprintf(`{"email":"bench@bench.example","key":%q}`, l.apiKey)
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/auth/login", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "bench")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	var out struct {
 		JWTToken string `json:"jwtToken"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.JWTToken == "" {
-		return fmt.Errorf("login: %d %v", resp.StatusCode, err)
+		return "", fmt.Errorf("login: %d %v", resp.StatusCode, err)
 	}
-	l.token = out.JWTToken
-	return nil
+	return out.JWTToken, nil
 }
 
 // hotBody reads the hot listing from every gateway: all must answer the

@@ -96,6 +96,7 @@ func main() {
 	flag.BoolVar(&opts.longtail, "longtail", false, "run gateway-longtail against naive-longtail")
 	flag.BoolVar(&opts.memory, "memory", false, "run the memory case")
 	flag.BoolVar(&opts.codings, "codings", false, "run hot hits and misses as identity against Chrome's Accept-Encoding (codings.go); not part of the whole run")
+	flag.BoolVar(&opts.tokens, "tokens", false, "run the hot hit with HS256, EdDSA and ES256 tokens, interleaved (tokens.go); not part of the whole run")
 	flag.IntVar(&opts.longtailListings, "longtail-listings", 1_000_000, "with -longtail: listings in PostgreSQL")
 	flag.Float64Var(&opts.zipfS, "zipf-s", 1.1, "with -longtail: the Zipf exponent of the requests (> 1)")
 	flag.IntVar(&opts.memoryListings, "memory-listings", 100_000, "with -memory: listings read once each")
@@ -124,7 +125,7 @@ func main() {
 			opts.profileSet = true
 		}
 	})
-	if !opts.importBench && !opts.cases && !opts.miss && !opts.longtail && !opts.memory && !opts.codings {
+	if !opts.importBench && !opts.cases && !opts.miss && !opts.longtail && !opts.memory && !opts.codings && !opts.tokens {
 		opts.cases, opts.miss, opts.longtail, opts.memory = true, true, true, true
 	}
 	if opts.zipfS <= 1 {
@@ -149,16 +150,16 @@ type options struct {
 	feedDuration          time.Duration
 	writers               int
 	// the parts to run
-	cases, miss, longtail, memory, codings bool
-	quick                                  bool
-	longtailListings                       int
-	zipfS                                  float64
-	memoryListings                         int
-	profile                                bool
-	profileSet                             bool // -profile given: -release profiles only then
-	db                                     string
-	idle                                   bool
-	idleDuration                           time.Duration
+	cases, miss, longtail, memory, codings, tokens bool
+	quick                                          bool
+	longtailListings                               int
+	zipfS                                          float64
+	memoryListings                                 int
+	profile                                        bool
+	profileSet                                     bool // -profile given: -release profiles only then
+	db                                             string
+	idle                                           bool
+	idleDuration                                   time.Duration
 	// release compares this tree with the commit against (against.go).
 	release bool
 	against string

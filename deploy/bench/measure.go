@@ -251,6 +251,11 @@ func (l *lab) measure(ctx context.Context) (string, error) {
 			return rep.String(), err
 		}
 	}
+	if l.opts.tokens {
+		if err := l.tokensBench(ctx, &rep); err != nil {
+			return rep.String(), err
+		}
+	}
 	if l.opts.cases && !l.opts.skipPinned {
 		log.Print("restarting the servers pinned to CPU 0, wrk on CPU 1")
 		if err := l.restart(ctx, true); err != nil {
