@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -171,7 +172,7 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 		cacheTTL = fresh
 	}
 	srv, err := New(cfg, Deps{Listings: wrapped, Accounts: accounts, Limiter: limiter, Purger: o.purger, Revoked: revoked, Log: log,
-		RetryAfter: 5 * time.Second, CacheTTL: cacheTTL, Keys: fixtureKeys(t, o.tokenAlg, cfg.JWT, guarded, log)})
+		RetryAfter: 5 * time.Second, CacheTTL: cacheTTL, Keys: fixtureKeys(t, cmp.Or(o.tokenAlg, asymmetric(cfg.JWT.Algorithm)), cfg.JWT, guarded, log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,6 +263,14 @@ func with(c jwt.MapClaims, key string, value any) jwt.MapClaims {
 }
 
 // bearer returns an Authorization value for a user of a firm.
+// asymmetric is alg where a Keyring signs with it, else "".
+func asymmetric(alg string) string {
+	if alg == signing.AlgHS256 {
+		return ""
+	}
+	return alg
+}
+
 // fixtureKeys is a Keyring of alg on store, or nil for the configured
 // HS256 keys alone.
 func fixtureKeys(t testing.TB, alg string, cfg JWT, store signing.Store, log *slog.Logger) TokenKeys {

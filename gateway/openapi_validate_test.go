@@ -846,6 +846,24 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 		g.do(t, sv, exchange{method: "GET", path: "/openapi.yaml", header: map[string]string{"Accept-Encoding": "identity;q=0"}, want: 406})
 	})
 
+	t.Run("issuer documents", func(t *testing.T) {
+		// An EdDSA key set and an https issuer: the JWKS lists a key and
+		// the metadata is served. This gateway's issuer is no URL: 404.
+		keyed := startLiveGateway(t, func(c *Config) { c.JWT.Algorithm, c.JWT.Issuer = "EdDSA", "https://listings.example" }, time.Minute)
+		jwks := keyed.do(t, sv, exchange{method: "GET", path: jwksPath, want: 200})
+		if !strings.Contains(string(jwks.body), `"kty":"OKP"`) {
+			t.Errorf("JWKS %s; want an Ed25519 key", jwks.body)
+		}
+		keyed.do(t, sv, exchange{method: "GET", path: jwksPath, header: map[string]string{"If-None-Match": jwks.Header.Get("ETag")}, want: 304})
+		keyed.do(t, sv, exchange{method: "GET", path: jwksPath, header: map[string]string{"Accept-Encoding": "gzip"}, want: 200})
+		keyed.do(t, sv, exchange{method: "GET", path: jwksPath, header: map[string]string{"Accept-Encoding": "identity;q=0"}, want: 406})
+		keyed.head(t, sv, exchange{path: jwksPath, want: 200})
+		meta := keyed.do(t, sv, exchange{method: "GET", path: openIDConfigurationPath, want: 200})
+		keyed.do(t, sv, exchange{method: "GET", path: openIDConfigurationPath, header: map[string]string{"If-None-Match": meta.Header.Get("ETag")}, want: 304})
+		keyed.do(t, sv, exchange{method: "GET", path: openIDConfigurationPath, header: map[string]string{"Accept-Encoding": "identity;q=0"}, want: 406})
+		g.do(t, sv, exchange{method: "GET", path: openIDConfigurationPath, want: 404})
+	})
+
 	t.Run("undocumented", func(t *testing.T) {
 		for _, tt := range []exchange{
 			{method: "PATCH", path: "/realty/1", auth: owner, body: "{}", want: 405},
@@ -896,7 +914,7 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 	})
 	t.Run("head over the limit", func(t *testing.T) {
 		for _, op := range []struct{ method, path string }{
-			{"POST", "/auth/login"}, {"POST", "/realty"}, {"GET", "/realty/1"}, {"PUT", "/realty/1"}, {"DELETE", "/realty/1"}, {"GET", "/openapi.yaml"},
+			{"POST", "/auth/login"}, {"POST", "/realty"}, {"GET", "/realty/1"}, {"PUT", "/realty/1"}, {"DELETE", "/realty/1"}, {"GET", "/openapi.yaml"}, {"GET", jwksPath},
 		} {
 			t.Run(op.method+" "+op.path, func(t *testing.T) {
 				head := op.method + " " + op.path + " HTTP/1.1\r\nHost: gateway\r\nX-Padding: " + strings.Repeat("p", 9000) + "\r\n\r\n"
