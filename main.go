@@ -63,7 +63,7 @@ const usage = `usage:
   gateway listing import FILE|-
   gateway cdn purge --firm N | --listing ID|FIRM-NO
   gateway cache purge ID|FIRM-NO
-  gateway signing-key add [--alg EdDSA|ES256] [--key-file PATH [--kid KID]]
+  gateway signing-key add [--alg ES256|EdDSA] [--key-file PATH [--kid KID]]
   gateway signing-key activate --kid KID [--now]
   gateway signing-key retire --kid KID
   gateway signing-key list`

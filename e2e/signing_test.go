@@ -6,7 +6,8 @@ package e2e
 // the CLI as an operator runs it.
 
 import (
-	"crypto/ed25519"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -24,7 +25,7 @@ import (
 )
 
 // asymmetricFleet is two gateways on a fresh PostgreSQL database and Redis
-// prefix with no HS256 secret configured: the first generates an EdDSA key
+// prefix with no HS256 secret configured: the first generates an ES256 key
 // into the data directory the two share (as a mounted secret would be),
 // and both read the key set every 100 ms.
 func asymmetricFleet(t *testing.T) fleet {
@@ -94,8 +95,8 @@ func TestEndToEndAsymmetricTokens(t *testing.T) {
 	login := f.w.passwordLogin()
 	first := f.ps[0].token(t, login)
 	oldKid, alg := kidOf(t, first)
-	if alg != "EdDSA" {
-		t.Fatalf("a new install signs with %s; want EdDSA", alg)
+	if alg != "ES256" {
+		t.Fatalf("a new install signs with %s; want ES256", alg)
 	}
 	for i, p := range f.ps {
 		set := fetchJWKS(t, p)
@@ -107,9 +108,9 @@ func TestEndToEndAsymmetricTokens(t *testing.T) {
 	f.readsEverywhere(t, "a token of the first replica", first)
 	requireIssuerMetadata(t, f.ps[1])
 
-	// Step 1: publish an ES256 key; it verifies and is listed, and does
+	// Step 1: publish an EdDSA key; it verifies and is listed, and does
 	// not sign yet.
-	added := admin(t, f.e, "", "signing-key", "add", "--alg", "ES256")
+	added := admin(t, f.e, "", "signing-key", "add", "--alg", "EdDSA")
 	newKid := added["kid"].(string)
 	for i, p := range f.ps {
 		eventually(t, "the new key in the JWKS", func() bool { set := fetchJWKS(t, p); return len(set.Key(newKid)) == 1 })
@@ -126,7 +127,7 @@ func TestEndToEndAsymmetricTokens(t *testing.T) {
 	for i, p := range f.ps {
 		eventually(t, "the new key signing", func() bool { second = p.token(t, login); kid, _ := kidOf(t, second); return kid == newKid })
 		if kid, _, err := verifyOutside(fetchJWKS(t, p), second); err != nil || kid != newKid {
-			t.Fatalf("replica %d's ES256 token: go-jose: %q %v", i+1, kid, err)
+			t.Fatalf("replica %d's EdDSA token: go-jose: %q %v", i+1, kid, err)
 		}
 	}
 	// Step 3: retire the old key: its tokens verify until they expire.
@@ -147,13 +148,13 @@ func TestEndToEndAsymmetricTokens(t *testing.T) {
 // every gateway, whether it names a published kid or its own.
 func requireUnpublishedKeyFails(t *testing.T, f fleet, model, publishedKid string) {
 	t.Helper()
-	_, unpublished, _ := ed25519.GenerateKey(rand.Reader)
+	unpublished, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	claims := jwt.MapClaims{}
 	if _, _, err := jwt.NewParser().ParseUnverified(model, claims); err != nil {
 		t.Fatal(err)
 	}
 	for _, kid := range []string{publishedKid, "unpublished"} {
-		tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims)
+		tok := jwt.NewWithClaims(jwt.SigningMethodES256, claims)
 		tok.Header["kid"] = kid
 		forged, err := tok.SignedString(unpublished)
 		if err != nil {

@@ -39,7 +39,7 @@ type Config struct {
 
 // JWT configures token issuance and checks.
 type JWT struct {
-	Algorithm  string          `yaml:"algorithm" env:"JWT_ALGORITHM" help:"signs new tokens: EdDSA, ES256 or HS256; empty = HS256 where a secret or keys are configured, else EdDSA"`
+	Algorithm  string          `yaml:"algorithm" env:"JWT_ALGORITHM" help:"signs new tokens: EdDSA, ES256 or HS256; empty = HS256 where a secret or keys are configured, else ES256"`
 	KeyFiles   string          `yaml:"keyFiles" env:"JWT_KEY_FILES" help:"private EdDSA/ES256 keys as kid:alg:path,... (PEM, mode 0600); empty = every <kid>.pem of <dataDir>/signing-keys, one generated on first start"`
 	KeysPoll   time.Duration   `yaml:"keysPoll" env:"JWT_KEYS_POLL" help:"how often the fleet's key set is read from the store"`
 	JWKSMaxAge time.Duration   `yaml:"jwksMaxAge" env:"JWKS_MAX_AGE" help:"max-age of /.well-known/jwks.json; a new key is published at least this long before it signs"`

@@ -24,10 +24,10 @@ import (
 // and the JWKS lists it; it does not sign until activated.
 func SigningKeyAdd(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("signing-key add", flag.ContinueOnError)
-	alg := fs.String("alg", upstream.SigningAlgEdDSA, "EdDSA or ES256")
+	alg := fs.String("alg", upstream.SigningAlgES256, "ES256 or EdDSA")
 	file := fs.String("key-file", "", "publish this PEM private key instead of generating one")
 	kid := fs.String("kid", "", "the key's kid, with --key-file (default: its RFC 7638 thumbprint)")
-	const use = "usage: gateway signing-key add [--alg EdDSA|ES256] [--key-file PATH [--kid KID]]"
+	const use = "usage: gateway signing-key add [--alg ES256|EdDSA] [--key-file PATH [--kid KID]]"
 	if err := parseFlags(fs, args, use); err != nil {
 		return err
 	}

@@ -154,7 +154,8 @@ func (c Config) PurgerDeps(log *slog.Logger) cdn.Deps {
 // SigningConfig is the token keys' part: the key files or the data
 // directory's key folder, and the algorithm that signs. Unset, that is
 // HS256 where a secret or keys are configured (a deployment from before
-// asymmetric keys goes on as it was), else EdDSA.
+// asymmetric keys goes on as it was), else ES256: the asymmetric algorithm
+// that most verifiers take (a CDN's JWT validation among them).
 func (c Config) SigningConfig() signing.Config {
 	jwt := c.HTTP.JWT
 	alg := jwt.Algorithm
@@ -163,7 +164,7 @@ func (c Config) SigningConfig() signing.Config {
 	case jwt.Keys != "" || jwt.Secret != "":
 		alg = signing.AlgHS256
 	default:
-		alg = upstream.SigningAlgEdDSA
+		alg = upstream.SigningAlgES256
 	}
 	return signing.Config{Algorithm: alg, KeyFiles: jwt.KeyFiles,
 		KeyDir: filepath.Join(c.Server.DataDir, "signing-keys"), Poll: jwt.KeysPoll}

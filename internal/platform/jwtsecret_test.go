@@ -167,15 +167,15 @@ func TestSigningKeysGeneratedSecret(t *testing.T) {
 // signingKeys is what serve does with the JWT settings: a generated secret
 // when none is configured, then the gateway's parse.
 // TestAsymmetricDefaultKeepsTheGeneratedSecret: a new install signs with
-// EdDSA and generates no HS256 secret; one that generated a secret before
+// ES256 and generates no HS256 secret; one that generated a secret before
 // keeps it to verify the tokens it signed, and HS256 no longer signs.
 func TestAsymmetricDefaultKeepsTheGeneratedSecret(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	cfg := config.Defaults()
 	cfg.Server.DataDir = t.TempDir()
 	keys, err := signingKeys(&cfg, log)
-	if err != nil || len(keys) != 0 || cfg.HTTP.JWT.Algorithm != upstream.SigningAlgEdDSA {
-		t.Fatalf("new install: keys %q, algorithm %q, err %v; want no HS256 key and EdDSA", keys, cfg.HTTP.JWT.Algorithm, err)
+	if err != nil || len(keys) != 0 || cfg.HTTP.JWT.Algorithm != upstream.SigningAlgES256 {
+		t.Fatalf("new install: keys %q, algorithm %q, err %v; want no HS256 key and ES256", keys, cfg.HTTP.JWT.Algorithm, err)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.Server.DataDir, "jwt-secret")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("new install wrote a jwt-secret: %v", err)
@@ -188,8 +188,8 @@ func TestAsymmetricDefaultKeepsTheGeneratedSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys, err = signingKeys(&cfg, log)
-	if err != nil || len(keys) != 1 || string(keys[0].Secret) != old || cfg.HTTP.JWT.Algorithm != upstream.SigningAlgEdDSA {
-		t.Fatalf("upgraded install: keys %q, algorithm %q, err %v; want the old secret verifying and EdDSA signing", keys, cfg.HTTP.JWT.Algorithm, err)
+	if err != nil || len(keys) != 1 || string(keys[0].Secret) != old || cfg.HTTP.JWT.Algorithm != upstream.SigningAlgES256 {
+		t.Fatalf("upgraded install: keys %q, algorithm %q, err %v; want the old secret verifying and ES256 signing", keys, cfg.HTTP.JWT.Algorithm, err)
 	}
 }
 
