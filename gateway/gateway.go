@@ -189,9 +189,7 @@ type Server struct {
 	pseudonymKey      []byte
 	controls          cacheControls
 	retryAfterSeconds int
-	apiDescription    documentVariants // the served API description
-	compressor        *coding.Compressor
-	openIDDoc         *documentVariants // nil: the issuer is no https URL
+	docs              publicDocuments
 	jwksCacheControl  string
 	// origin is the principal of a CDN that proved the origin secret: no
 	// firm, so it reads active listings only.
@@ -225,27 +223,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	dummyKey, err := NewAPIKey()
+	dummy, err := newDummyHash()
 	if err != nil {
-		return nil, fmt.Errorf("gateway: dummy password: %w", err)
-	}
-	dummy, err := HashPassword(dummyKey)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: dummy password hash: %w", err)
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	idPrefix, err := newRequestIDPrefix()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: request id prefix: %w", err)
 	}
-	z, err := coding.NewCompressor()
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	openAPI, err := newOpenAPIVariants(z)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	openID, err := newOpenIDDocument(z, cfg.JWT.Issuer)
+	docs, err := newPublicDocuments(cfg.JWT.Issuer)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -272,9 +258,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		pseudonymKey:      pseudonymKey(keys.DeploymentSecret()),
 		controls:          newCacheControls(cfg),
 		retryAfterSeconds: seconds(deps.RetryAfter, 1),
-		apiDescription:    openAPI,
-		compressor:        z,
-		openIDDoc:         openID,
+		docs:              docs,
 		jwksCacheControl:  fmt.Sprintf("public, max-age=%d", int(cfg.JWT.JWKSMaxAge/time.Second)),
 		origin:            &verifiedToken{},
 		dummyHash:         dummy,
@@ -284,6 +268,20 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		knownKeys:         expirable.NewLRU[[sha256.Size]byte, struct{}](knownKeys, nil, cfg.Login.LimitPeriod),
 		hashing:           newHashing(cfg.Login.HashConcurrency),
 	}, nil
+}
+
+// newDummyHash hashes a random password, verified for unknown accounts so
+// that they take as long as known ones.
+func newDummyHash() (string, error) {
+	key, err := NewAPIKey()
+	if err != nil {
+		return "", fmt.Errorf("dummy password: %w", err)
+	}
+	hash, err := HashPassword(key)
+	if err != nil {
+		return "", fmt.Errorf("dummy password hash: %w", err)
+	}
+	return hash, nil
 }
 
 // observer is the Observer, or one that observes nothing.

@@ -35,7 +35,7 @@ func (s *Server) publishKeys(c *fiber.Ctx) error {
 	p := s.jwks.Load()
 	if p == nil || p.set != set {
 		body, _ := set.JWKS()
-		doc, err := newDocumentVariants(s.compressor, body)
+		doc, err := newDocumentVariants(s.docs.compressor, body)
 		if err != nil {
 			return fmt.Errorf("jwks: %w", err)
 		}
@@ -50,10 +50,10 @@ func (s *Server) publishKeys(c *fiber.Ctx) error {
 // URL: jwks_uri is then the issuer's own, never built from a request's
 // Host. Any other issuer answers 404.
 func (s *Server) openIDConfiguration(c *fiber.Ctx) error {
-	if s.openIDDoc == nil {
+	if s.docs.openID == nil {
 		return fiber.ErrNotFound
 	}
-	return serveDocument(c, s.openIDDoc, fiber.MIMEApplicationJSON, s.jwksCacheControl)
+	return serveDocument(c, s.docs.openID, fiber.MIMEApplicationJSON, s.jwksCacheControl)
 }
 
 // newOpenIDDocument is the metadata document of issuer; nil where the

@@ -33,6 +33,28 @@ func newDocumentVariants(z *coding.Compressor, doc []byte) (documentVariants, er
 	return v, nil
 }
 
+// publicDocuments are what anyone may read: the API description, and the
+// issuer's metadata where the issuer is an https URL; compressor makes the
+// JWKS's variants when the key set changes.
+type publicDocuments struct {
+	compressor *coding.Compressor
+	api        documentVariants
+	openID     *documentVariants // nil: the issuer is no https URL
+}
+
+func newPublicDocuments(issuer string) (publicDocuments, error) {
+	z, err := coding.NewCompressor()
+	if err != nil {
+		return publicDocuments{}, err
+	}
+	api, err := newOpenAPIVariants(z)
+	if err != nil {
+		return publicDocuments{}, err
+	}
+	openID, err := newOpenIDDocument(z, issuer)
+	return publicDocuments{compressor: z, api: api, openID: openID}, err
+}
+
 func newOpenAPIVariants(z *coding.Compressor) (documentVariants, error) {
 	v, err := newDocumentVariants(z, openAPIYAML)
 	if err != nil {
@@ -52,7 +74,7 @@ const openAPIMediaType = "application/yaml"
 // openAPI serves the API description, to anyone: no token. HEAD is
 // answered like GET, without the body.
 func (s *Server) openAPI(c *fiber.Ctx) error {
-	return serveDocument(c, &s.apiDescription, openAPIMediaType, openAPICacheControl)
+	return serveDocument(c, &s.docs.api, openAPIMediaType, openAPICacheControl)
 }
 
 // serveDocument answers with the variant of the document in the coding the

@@ -252,38 +252,7 @@ func (s *Server) requireToken() fiber.Handler {
 		ErrorHandler: func(c *fiber.Ctx, _ error) error {
 			return s.refuse(authInvalid, c.Request().Header.Peek(fiber.HeaderAuthorization))
 		},
-		SuccessHandler: func(c *fiber.Ctx) error {
-			header := c.Request().Header.Peek(fiber.HeaderAuthorization)
-			tok, ok := c.Locals(tokenKey).(*jwt.Token)
-			if !ok {
-				return s.refuse(authInvalid, header)
-			}
-			now := requestTime(c)
-			claims, ok := tok.Claims.(*checkedClaims)
-			if !ok {
-				return s.refuse(authInvalid, header)
-			}
-			if reason := s.checkClaims(claims, now); reason != "" {
-				return s.refuse(reason, header)
-			}
-			v := &verifiedToken{
-				header:    string(header),
-				principal: principal{FirmID: claims.FirmID, FirmUserID: claims.FirmUserID},
-				issuedMs:  claims.issuedMs(),
-				until:     min(claims.ExpiresAt.time().Add(s.cfg.JWT.Leeway).UnixNano(), now.Add(verifiedTokenTTL).UnixNano()),
-			}
-			// Remembered even when revoked: the revocation is checked on
-			// every use, and a revoked token sent again costs no signature.
-			s.verified.Set(maphash.Bytes(s.tokenSeed, header), v)
-			if pc, ok := c.Context().Conn().(*conn); ok {
-				pc.token.Store(v)
-			}
-			if s.isRevoked(v) {
-				return s.refuse(authRevoked, header)
-			}
-			c.Locals(principalKey{}, v)
-			return c.Next()
-		},
+		SuccessHandler: s.acceptVerified,
 	})
 	return func(c *fiber.Ctx) error {
 		header := c.Request().Header.Peek(fiber.HeaderAuthorization)
@@ -306,6 +275,41 @@ func (s *Server) requireToken() fiber.Handler {
 		}
 		return verify(c)
 	}
+}
+
+// acceptVerified checks the claims of a token whose signature verified,
+// remembers it, and lets the request on unless it is revoked.
+func (s *Server) acceptVerified(c *fiber.Ctx) error {
+	header := c.Request().Header.Peek(fiber.HeaderAuthorization)
+	tok, ok := c.Locals(tokenKey).(*jwt.Token)
+	if !ok {
+		return s.refuse(authInvalid, header)
+	}
+	now := requestTime(c)
+	claims, ok := tok.Claims.(*checkedClaims)
+	if !ok {
+		return s.refuse(authInvalid, header)
+	}
+	if reason := s.checkClaims(claims, now); reason != "" {
+		return s.refuse(reason, header)
+	}
+	v := &verifiedToken{
+		header:    string(header),
+		principal: principal{FirmID: claims.FirmID, FirmUserID: claims.FirmUserID},
+		issuedMs:  claims.issuedMs(),
+		until:     min(claims.ExpiresAt.time().Add(s.cfg.JWT.Leeway).UnixNano(), now.Add(verifiedTokenTTL).UnixNano()),
+	}
+	// Remembered even when revoked: the revocation is checked on every
+	// use, and a revoked token sent again costs no signature.
+	s.verified.Set(maphash.Bytes(s.tokenSeed, header), v)
+	if pc, ok := c.Context().Conn().(*conn); ok {
+		pc.token.Store(v)
+	}
+	if s.isRevoked(v) {
+		return s.refuse(authRevoked, header)
+	}
+	c.Locals(principalKey{}, v)
+	return c.Next()
 }
 
 // originOr lets a request that carries the origin secret and no token
