@@ -29,6 +29,29 @@ func newMetrics(m *metrics.Metrics, listings *cache.Cache, guarded *upstream.Gua
 		func() float64 { return boolGauge(ready.Check(context.Background()) == "") })
 	m.GaugeFunc("gateway_cache_local_budget_bytes", "Bytes of listings the in-process tier may hold (GATEWAY_LOCAL_CACHE_BYTES).", nil,
 		func() float64 { return float64(localBudget) })
+	observeCacheReads(m, listings, rdb != nil)
+	m.CounterFunc("gateway_singleflight_shared_total", "Reads that joined another read's load of the same listing.", nil,
+		func() float64 { return float64(listings.Stats().Shared) })
+	breakers := map[string]func() breaker.State{"store": guarded.BreakerState, "redis": listings.TierBreakerState, "limiter": limiter.BreakerState}
+	if purger != nil {
+		// purge: the queue's (retries, repeats, the change feed's purges);
+		// purge-sync: the writes' synchronous purges', closed without sync.
+		breakers["purge"], breakers["purge-sync"] = purger.BreakerState, purger.SyncBreakerState
+		observePurger(m, purger)
+	}
+	for name, state := range breakers {
+		m.GaugeFunc("gateway_breaker_state", "Breaker state: 0 closed, 1 half-open, 2 open.",
+			prometheus.Labels{"breaker": name}, func() float64 { return float64(state()) })
+	}
+	if rdb != nil {
+		observeRedis(m, listings, rdb, localBudget > 0)
+	}
+	observeFeed(m, changes)
+	observeRevocations(m, revocations)
+}
+
+// observeCacheReads exports the listing reads by tier and result.
+func observeCacheReads(m *metrics.Metrics, listings *cache.Cache, withRedis bool) {
 	type line struct {
 		tier, result string
 		read         func(cache.Stats) uint64
@@ -39,7 +62,7 @@ func newMetrics(m *metrics.Metrics, listings *cache.Cache, guarded *upstream.Gua
 		{"local", "stale", func(s cache.Stats) uint64 { return s.Stale }},
 		{"local", "negative", func(s cache.Stats) uint64 { return s.Negative }},
 	}
-	if rdb != nil {
+	if withRedis {
 		lines = []line{
 			{"local", "hit", func(s cache.Stats) uint64 { return s.LocalHits }},
 			{"redis", "hit", func(s cache.Stats) uint64 { return s.TierHits }},
@@ -52,48 +75,48 @@ func newMetrics(m *metrics.Metrics, listings *cache.Cache, guarded *upstream.Gua
 		m.CounterFunc("gateway_cache_requests_total", "Listing reads by cache tier and result.",
 			prometheus.Labels{"tier": l.tier, "result": l.result}, func() float64 { return float64(l.read(listings.Stats())) })
 	}
-	m.CounterFunc("gateway_singleflight_shared_total", "Reads that joined another read's load of the same listing.", nil,
-		func() float64 { return float64(listings.Stats().Shared) })
-	breakers := map[string]func() breaker.State{"store": guarded.BreakerState, "redis": listings.TierBreakerState, "limiter": limiter.BreakerState}
-	if purger != nil {
-		// purge: the queue's (retries, repeats, the change feed's purges);
-		// purge-sync: the writes' synchronous purges', closed without sync.
-		breakers["purge"], breakers["purge-sync"] = purger.BreakerState, purger.SyncBreakerState
-		for outcome, read := range map[string]func() uint64{"sent": purger.Sent, "failed": purger.Failed, "dropped": purger.Dropped} {
-			m.CounterFunc("gateway_purges_total", "CDN purge requests by outcome: sent, failed (an attempt), dropped (given up).",
-				prometheus.Labels{"outcome": outcome}, func() float64 { return float64(read()) })
-		}
-		m.GaugeFunc("gateway_purges_pending", "CDN purges waiting to be delivered: queued, or retried after failures.", nil,
-			func() float64 { return float64(purger.Pending()) })
+}
+
+// observePurger exports the CDN purges' outcomes and queue.
+func observePurger(m *metrics.Metrics, purger *cdn.Purger) {
+	for outcome, read := range map[string]func() uint64{"sent": purger.Sent, "failed": purger.Failed, "dropped": purger.Dropped} {
+		m.CounterFunc("gateway_purges_total", "CDN purge requests by outcome: sent, failed (an attempt), dropped (given up).",
+			prometheus.Labels{"outcome": outcome}, func() float64 { return float64(read()) })
 	}
-	for name, state := range breakers {
-		m.GaugeFunc("gateway_breaker_state", "Breaker state: 0 closed, 1 half-open, 2 open.",
-			prometheus.Labels{"breaker": name}, func() float64 { return float64(state()) })
+	m.GaugeFunc("gateway_purges_pending", "CDN purges waiting to be delivered: queued, or retried after failures.", nil,
+		func() float64 { return float64(purger.Pending()) })
+}
+
+// observeRedis exports the cache's Redis tier: its errors, the
+// announcements to the other replicas, the local tier in front of it
+// where there is one, the connection pool and whether it is trusted.
+func observeRedis(m *metrics.Metrics, listings *cache.Cache, rdb redis.UniversalClient, localTier bool) {
+	m.CounterFunc("gateway_cache_redis_errors_total", "Redis operations of the cache that failed, the breaker's refusals included.", nil,
+		func() float64 { return float64(listings.Stats().TierErrors) })
+	m.CounterFunc("gateway_cache_announcements_total", "Writes announced to the other replicas' local tiers.", nil,
+		func() float64 { return float64(listings.Stats().Announced) })
+	m.CounterFunc("gateway_cache_announcements_unacknowledged_total",
+		"Announced writes not acknowledged by every subscribed replica within GATEWAY_INVALIDATION_WAIT.", nil,
+		func() float64 { return float64(listings.Stats().Unacknowledged) })
+	if localTier {
+		m.GaugeFunc("gateway_cache_local_tier_on", "1 while the local tier in front of Redis serves (its subscription is live), else 0.", nil,
+			func() float64 { return boolGauge(listings.Stats().LocalTierOn) })
 	}
-	if rdb != nil {
-		m.CounterFunc("gateway_cache_redis_errors_total", "Redis operations of the cache that failed, the breaker's refusals included.", nil,
-			func() float64 { return float64(listings.Stats().TierErrors) })
-		m.CounterFunc("gateway_cache_announcements_total", "Writes announced to the other replicas' local tiers.", nil,
-			func() float64 { return float64(listings.Stats().Announced) })
-		m.CounterFunc("gateway_cache_announcements_unacknowledged_total",
-			"Announced writes not acknowledged by every subscribed replica within GATEWAY_INVALIDATION_WAIT.", nil,
-			func() float64 { return float64(listings.Stats().Unacknowledged) })
-		if localBudget > 0 {
-			m.GaugeFunc("gateway_cache_local_tier_on", "1 while the local tier in front of Redis serves (its subscription is live), else 0.", nil,
-				func() float64 { return boolGauge(listings.Stats().LocalTierOn) })
-		}
-		for name, read := range map[string]func(*redis.PoolStats) uint32{
-			"hits": func(s *redis.PoolStats) uint32 { return s.Hits }, "misses": func(s *redis.PoolStats) uint32 { return s.Misses },
-			"timeouts": func(s *redis.PoolStats) uint32 { return s.Timeouts }, "total_conns": func(s *redis.PoolStats) uint32 { return s.TotalConns },
-			"idle_conns": func(s *redis.PoolStats) uint32 { return s.IdleConns }, "stale_conns": func(s *redis.PoolStats) uint32 { return s.StaleConns },
-		} {
-			m.GaugeFunc("gateway_redis_pool_"+name, "go-redis connection pool statistic.",
-				prometheus.Labels{"pool": "redis"}, func() float64 { return float64(read(rdb.PoolStats())) })
-		}
-		m.GaugeFunc("gateway_cache_redis_trusted", "1 while Redis entries are served; 0 after signs that Redis missed writes, until the change feed has applied them.", nil,
-			func() float64 { return boolGauge(listings.RedisTrusted()) })
+	for name, read := range map[string]func(*redis.PoolStats) uint32{
+		"hits": func(s *redis.PoolStats) uint32 { return s.Hits }, "misses": func(s *redis.PoolStats) uint32 { return s.Misses },
+		"timeouts": func(s *redis.PoolStats) uint32 { return s.Timeouts }, "total_conns": func(s *redis.PoolStats) uint32 { return s.TotalConns },
+		"idle_conns": func(s *redis.PoolStats) uint32 { return s.IdleConns }, "stale_conns": func(s *redis.PoolStats) uint32 { return s.StaleConns },
+	} {
+		m.GaugeFunc("gateway_redis_pool_"+name, "go-redis connection pool statistic.",
+			prometheus.Labels{"pool": "redis"}, func() float64 { return float64(read(rdb.PoolStats())) })
 	}
-	observeFeed(m, changes)
+	m.GaugeFunc("gateway_cache_redis_trusted", "1 while Redis entries are served; 0 after signs that Redis missed writes, until the change feed has applied them.", nil,
+		func() float64 { return boolGauge(listings.RedisTrusted()) })
+}
+
+// observeRevocations exports the token revocations in force and the
+// failed polls of the store's.
+func observeRevocations(m *metrics.Metrics, revocations *revocation.Keeper) {
 	m.GaugeFunc("gateway_revocations_in_force", "Token revocations this gateway applies (younger than the token lifetime plus the leeway).", nil,
 		func() float64 { return float64(revocations.Stats().InForce) })
 	m.CounterFunc("gateway_revocation_poll_failures_total", "Reads of the store's token revocations that failed; meanwhile new ones arrive only through Redis.", nil,

@@ -116,72 +116,21 @@ func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, m
 			p.close()
 		}
 	}()
-	var queryTracer pgx.QueryTracer
-	if tp != nil {
-		queryTracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp))
-	}
-	store, embedded, err := platform.OpenStore(ctx, cfg.Store, queryTracer)
-	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
-	}
-	p.store = store
-	if embedded {
-		if err := demo.Seed(ctx, store, cfg.Server.DataDir, log); err != nil {
-			return nil, fmt.Errorf("seed: %w", err)
-		}
-	}
-	if p.guarded, err = upstream.NewGuarded(store, cfg.Breaker, cfg.Store.Limits(),
-		upstream.GuardedDeps{Log: log, Observe: observeStore, Tracer: tp}); err != nil {
+	if err := p.openStore(ctx, cfg, tp, observeStore, log); err != nil {
 		return nil, err
 	}
-	if p.rdb, err = platform.OpenRedis(cfg.Redis); err != nil {
+	if err := p.openRedis(cfg.Redis, tp); err != nil {
 		return nil, err
 	}
-	if p.rdb != nil && tp != nil {
-		// Command arguments stay out of spans: they hold whole listings.
-		// Dials happen in the pool's own time, outside any request, and so
-		// do the checks of Redis's identity and size (the change feed's).
-		// The cache's reads and a miss's fills are auto-pipelined: a batch
-		// serves many requests, so its spans (and its connections'
-		// handshakes) belong to none; the cache records each as "cache
-		// get" and "cache set" instead. (The change feed's batches of
-		// guarded sets, background work, go too.)
-		background := func(cmd redis.Cmder) bool {
-			switch cmd.Name() {
-			case "info", "dbsize", "get", "hello", "client":
-				return true
-			}
-			return false
-		}
-		autoPipelined := func(cmds []redis.Cmder) bool {
-			return !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !background(c) && c.Name() != "evalsha" })
-		}
-		if err := redisotel.InstrumentTracing(p.rdb, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false),
-			redisotel.WithDialFilter(true), redisotel.WithCommandFilter(background), redisotel.WithCommandsFilter(autoPipelined)); err != nil {
-			return nil, fmt.Errorf("redis tracing: %w", err)
-		}
-	}
-	changes, ok := store.(upstream.Feed)
+	changes, ok := p.store.(upstream.Feed)
 	if !ok {
 		return nil, errors.New("store: no change feed")
 	}
-	var cacheOpts []cache.Option
-	if cfg.Feed.Enabled {
-		cacheOpts = append(cacheOpts, cache.WithFeed(changes))
-	}
-	if p.listings, err = platform.NewCache(cfg, p.rdb, cfg.CacheDeps(p.guarded, tp, log), cacheOpts...); err != nil {
+	if err := p.openCache(cfg, changes, tp, log); err != nil {
 		return nil, err
 	}
-	var purger gateway.Purger = gateway.NoPurge{}
-	feedDeps := feed.Deps{Store: changes, Target: p.listings, Redis: p.rdb != nil, Keys: gateway.PurgeKeys,
-		Holder: holderName(), CacheLifetime: cfg.Cache.Fresh + cfg.Cache.Stale, Log: log}
-	if cfg.Purge.URL != "" {
-		if p.cdnPurger, err = cdn.NewPurger(cfg.Purge, cfg.PurgerDeps(log)); err != nil {
-			return nil, err
-		}
-		purger, feedDeps.Purger = p.cdnPurger, p.cdnPurger
-	}
-	if p.feed, err = feed.New(cfg.Feed, feedDeps); err != nil {
+	purger, err := p.openFeed(cfg, changes, log)
+	if err != nil {
 		return nil, err
 	}
 	if p.limiter, err = ratelimit.New(p.rdb, cfg.Redis.Prefix, cfg.Redis.Timeout, log); err != nil {
@@ -237,6 +186,103 @@ func (p *parts) close() {
 	if p.store != nil {
 		p.store.Close()
 	}
+}
+
+// openStore opens the store, seeds an embedded one with the demo data, and
+// puts it behind its breaker, reporting every call to observe where set.
+func (p *parts) openStore(ctx context.Context, cfg config.Config, tp trace.TracerProvider,
+	observe func(op, outcome string, d time.Duration), log *slog.Logger) error {
+	var queryTracer pgx.QueryTracer
+	if tp != nil {
+		queryTracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp))
+	}
+	store, embedded, err := platform.OpenStore(ctx, cfg.Store, queryTracer)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	p.store = store
+	if embedded {
+		if err := demo.Seed(ctx, store, cfg.Server.DataDir, log); err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
+	}
+	p.guarded, err = upstream.NewGuarded(store, cfg.Breaker, cfg.Store.Limits(),
+		upstream.GuardedDeps{Log: log, Observe: observe, Tracer: tp})
+	return err
+}
+
+// openRedis opens the Redis client, where one is configured, recording
+// spans of tp's where tp is set.
+func (p *parts) openRedis(cfg config.Redis, tp trace.TracerProvider) error {
+	var err error
+	if p.rdb, err = platform.OpenRedis(cfg); err != nil {
+		return err
+	}
+	if p.rdb == nil || tp == nil {
+		return nil
+	}
+	return traceRedis(p.rdb, tp)
+}
+
+// traceRedis has rdb record spans of tp's for the commands of requests.
+func traceRedis(rdb redis.UniversalClient, tp trace.TracerProvider) error {
+	// Command arguments stay out of spans: they hold whole listings.
+	// Dials happen in the pool's own time, outside any request, and so
+	// do the checks of Redis's identity and size (the change feed's).
+	// The cache's reads and a miss's fills are auto-pipelined: a batch
+	// serves many requests, so its spans (and its connections'
+	// handshakes) belong to none; the cache records each as "cache
+	// get" and "cache set" instead. (The change feed's batches of
+	// guarded sets, background work, go too.)
+	background := func(cmd redis.Cmder) bool {
+		switch cmd.Name() {
+		case "info", "dbsize", "get", "hello", "client":
+			return true
+		}
+		return false
+	}
+	autoPipelined := func(cmds []redis.Cmder) bool {
+		return !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !background(c) && c.Name() != "evalsha" })
+	}
+	if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false),
+		redisotel.WithDialFilter(true), redisotel.WithCommandFilter(background), redisotel.WithCommandsFilter(autoPipelined)); err != nil {
+		return fmt.Errorf("redis tracing: %w", err)
+	}
+	return nil
+}
+
+// openCache builds the listing cache on the guarded store and Redis, told
+// of the store's changes where the feed is on.
+func (p *parts) openCache(cfg config.Config, changes upstream.Feed, tp trace.TracerProvider, log *slog.Logger) error {
+	var opts []cache.Option
+	if cfg.Feed.Enabled {
+		opts = append(opts, cache.WithFeed(changes))
+	}
+	var err error
+	p.listings, err = platform.NewCache(cfg, p.rdb, cfg.CacheDeps(p.guarded, tp, log), opts...)
+	return err
+}
+
+// openFeed builds the CDN purger, where a purge API is configured, and the
+// change feed's consumer, which purges through it. It returns the purger
+// of the gateway's own writes.
+func (p *parts) openFeed(cfg config.Config, changes upstream.Feed, log *slog.Logger) (gateway.Purger, error) {
+	var (
+		purger gateway.Purger = gateway.NoPurge{}
+		err    error
+	)
+	deps := feed.Deps{Store: changes, Target: p.listings, Redis: p.rdb != nil, Keys: gateway.PurgeKeys,
+		Holder: holderName(), CacheLifetime: cfg.Cache.Fresh + cfg.Cache.Stale, Log: log}
+	if cfg.Purge.URL != "" {
+		if p.cdnPurger, err = cdn.NewPurger(cfg.Purge, cfg.PurgerDeps(log)); err != nil {
+			return nil, err
+		}
+		purger, deps.Purger = p.cdnPurger, p.cdnPurger
+	}
+	if p.feed, err = feed.New(cfg.Feed, deps); err != nil {
+		return nil, err
+	}
+	return purger, nil
 }
 
 // listen serves the public and admin listeners until ctx ends or one

@@ -178,46 +178,72 @@ func move[T any](d *decoder, name string, top *T, inLocation **T) {
 // validate checks what types cannot: required members, ranges, enums and
 // sizes.
 func (l *Listing) validate() []FieldError {
-	var errs []FieldError
-	fail := func(field, format string, args ...any) {
-		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	var c checks
+	l.checkRequired(&c)
+	l.checkRanges(&c)
+	l.checkTexts(&c)
+	l.checkFiles(&c)
+	return c.errs
+}
+
+// checks collects the faults that validate finds, in the order found.
+type checks struct{ errs []FieldError }
+
+func (c *checks) fail(field, format string, args ...any) {
+	c.errs = append(c.errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// number checks an id or number of IntRange [1, hi], 0 meaning "assign
+// one", as CheckNumber does; field is named only on a fault.
+func (c *checks) number(field func() string, v, hi int64) {
+	if v != 0 && (v < 1 || v > hi) {
+		c.errs = append(c.errs, FieldError{Field: field(), Message: outOfRange(1, hi)})
 	}
-	// number checks an id or number of IntRange [1, hi], 0 meaning
-	// "assign one", as CheckNumber does; field is named only on a fault.
-	number := func(field func() string, v, hi int64) {
-		if v != 0 && (v < 1 || v > hi) {
-			errs = append(errs, FieldError{Field: field(), Message: outOfRange(1, hi)})
-		}
+}
+
+// text checks that s, where given, has at most limit characters.
+func (c *checks) text(field string, s *string, limit int) {
+	if s != nil && utf8.RuneCountInString(*s) > limit {
+		c.fail(field, "must be at most %d characters", limit)
 	}
-	text := func(field string, s *string, limit int) {
-		if s != nil && utf8.RuneCountInString(*s) > limit {
-			fail(field, "must be at most %d characters", limit)
-		}
-	}
+}
+
+// checkRequired checks the members a listing must have: a title within
+// its size, a category and a city.
+func (l *Listing) checkRequired(c *checks) {
 	switch {
 	case strings.TrimSpace(l.Title) == "":
-		fail("title", "is required")
+		c.fail("title", "is required")
 	case utf8.RuneCountInString(l.Title) > MaxTitleRunes:
-		fail("title", "must be at most %d characters", MaxTitleRunes)
+		c.fail("title", "must be at most %d characters", MaxTitleRunes)
 	}
 	if l.CategoryID == nil {
-		fail("categoryId", "is required")
+		c.fail("categoryId", "is required")
 	}
 	if l.Location.CityID == nil {
-		fail("location.cityId", "is required")
+		c.fail("location.cityId", "is required")
 	}
+}
+
+// checkRanges checks the coordinates, the id and the number.
+func (l *Listing) checkRanges(c *checks) {
 	if lat := l.Location.Latitude; lat != nil && (*lat < -90 || *lat > 90) {
-		fail("location.latitude", "must be within [-90, 90]")
+		c.fail("location.latitude", "must be within [-90, 90]")
 	}
 	if lon := l.Location.Longitude; lon != nil && (*lon < -180 || *lon > 180) {
-		fail("location.longitude", "must be within [-180, 180]")
+		c.fail("location.longitude", "must be within [-180, 180]")
 	}
-	number(func() string { return "id" }, l.ID, MaxNumber) // non-zero in imports only
-	number(func() string { return "no" }, l.No, MaxNumber)
-	text("note", l.Note, MaxNoteRunes)
-	text("attributes.title", l.Attributes.Title, MaxTitleRunes)
-	text("attributes.description", l.Attributes.Description, MaxDescriptionRunes)
-	text("attributes.note", l.Attributes.Note, MaxNoteRunes)
+	c.number(func() string { return "id" }, l.ID, MaxNumber) // non-zero in imports only
+	c.number(func() string { return "no" }, l.No, MaxNumber)
+}
+
+// checkTexts checks the sizes of the string members but the title and
+// the files' URLs.
+func (l *Listing) checkTexts(c *checks) {
+	c.text("note", l.Note, MaxNoteRunes)
+	c.text("attributes.title", l.Attributes.Title, MaxTitleRunes)
+	c.text("attributes.description", l.Attributes.Description, MaxDescriptionRunes)
+	c.text("attributes.note", l.Attributes.Note, MaxNoteRunes)
 	for _, t := range [...]struct {
 		field string
 		s     *string
@@ -231,23 +257,27 @@ func (l *Listing) validate() []FieldError {
 		{"attributes.rentalCurrencyType", l.Attributes.RentalCurrencyType},
 		{"attributes.depositCurrencyType", l.Attributes.DepositCurrencyType},
 	} {
-		text(t.field, t.s, MaxTextRunes)
+		c.text(t.field, t.s, MaxTextRunes)
 	}
+}
+
+// checkFiles checks the files: their count, and each one's enums, id and
+// URL.
+func (l *Listing) checkFiles(c *checks) {
 	if len(l.RealtyFiles) > MaxFiles {
-		fail("realtyFiles", "must have at most %d items", MaxFiles)
+		c.fail("realtyFiles", "must have at most %d items", MaxFiles)
 	}
 	for i, f := range l.RealtyFiles {
 		field := func(member string) string { return "realtyFiles[" + strconv.Itoa(i) + "]." + member }
 		if f.ImageType != nil && !validImageType(*f.ImageType) {
-			fail(field("imageType"), "must be one of %s", imageTypes)
+			c.fail(field("imageType"), "must be one of %s", imageTypes)
 		}
 		if f.Status != nil && !validFileStatus(*f.Status) {
-			fail(field("status"), "must be one of %s", fileStatuses)
+			c.fail(field("status"), "must be one of %s", fileStatuses)
 		}
-		number(func() string { return field("id") }, f.ID, MaxFileID)
+		c.number(func() string { return field("id") }, f.ID, MaxFileID)
 		if f.ImageURL != nil && utf8.RuneCountInString(*f.ImageURL) > MaxTextRunes {
-			text(field("imageUrl"), f.ImageURL, MaxTextRunes)
+			c.text(field("imageUrl"), f.ImageURL, MaxTextRunes)
 		}
 	}
-	return errs
 }

@@ -78,72 +78,89 @@ func (s *arrayScanner) value() ([]byte, bool, error) {
 	if _, err := s.nonSpace(); err != nil {
 		return nil, false, fmt.Errorf("%w: entry %d: %w", errNotArray, s.n, err)
 	}
-	var (
-		depth    int
-		inString bool
-		scalar   = !opens[s.buf[s.start]] && s.buf[s.start] != '"'
-	)
+	f := framing{scalar: !opens[s.buf[s.start]] && s.buf[s.start] != '"'}
 	for i := 0; ; {
-		b := s.buf[s.start+i : s.end]
-		k := 0
-	scan:
-		for k < len(b) {
-			switch {
-			case inString:
-				for k < len(b) && !stringSpecial[b[k]] {
-					k++
-				}
-				if k == len(b) {
-					break scan
-				}
-				if b[k] == '\\' {
-					if k+1 == len(b) {
-						break scan // the escaped byte is not read yet
-					}
-					k += 2
-					continue
-				}
-				inString = false
-				k++
-				if depth == 0 {
-					return s.take(i + k)
-				}
-			case scalar:
-				for k < len(b) && !ends[b[k]] {
-					k++
-				}
-				if k < len(b) {
-					return s.take(i + k)
-				}
-			default:
-				for k < len(b) && !structural[b[k]] {
-					k++
-				}
-				if k == len(b) {
-					break scan
-				}
-				switch b[k] {
-				case '"':
-					inString = true
-				case '{', '[':
-					depth++
-				default: // '}' or ']'
-					depth--
-				}
-				k++
-				if depth <= 0 && !inString {
-					return s.take(i + k)
-				}
-			}
+		k, ended := f.scan(s.buf[s.start+i : s.end])
+		if ended {
+			return s.take(i + k)
 		}
 		i += k
 		if err := s.fill(); err != nil {
-			if scalar && errors.Is(err, io.ErrUnexpectedEOF) {
+			if f.scalar && errors.Is(err, io.ErrUnexpectedEOF) {
 				return s.take(i) // the file ends with it: json.Valid judges
 			}
 			return nil, false, fmt.Errorf("%w: entry %d: %w", errNotArray, s.n, err)
 		}
 	}
+}
+
+// framing is how far value got in an entry: within a string or not, and
+// how deep in brackets and braces; a scalar ends at its first delimiter.
+type framing struct {
+	depth    int
+	inString bool
+	scalar   bool
+}
+
+// scan reads b, the entry's bytes that follow those scanned before, and
+// returns how many of them it took and whether the entry ends after them.
+// Where it does not, the entry goes on past b (an escape may be cut in
+// two: its backslash is left for the next call).
+func (f *framing) scan(b []byte) (int, bool) {
+	depth, inString, scalar := f.depth, f.inString, f.scalar // locals on the hot path
+	k := 0
+scan:
+	for k < len(b) {
+		switch {
+		case inString:
+			for k < len(b) && !stringSpecial[b[k]] {
+				k++
+			}
+			if k == len(b) {
+				break scan
+			}
+			if b[k] == '\\' {
+				if k+1 == len(b) {
+					break scan // the escaped byte is not read yet
+				}
+				k += 2
+				continue
+			}
+			inString = false
+			k++
+			if depth == 0 {
+				return k, true
+			}
+		case scalar:
+			for k < len(b) && !ends[b[k]] {
+				k++
+			}
+			if k < len(b) {
+				return k, true
+			}
+		default:
+			for k < len(b) && !structural[b[k]] {
+				k++
+			}
+			if k == len(b) {
+				break scan
+			}
+			switch b[k] {
+			case '"':
+				inString = true
+			case '{', '[':
+				depth++
+			default: // '}' or ']'
+				depth--
+			}
+			k++
+			if depth <= 0 && !inString {
+				return k, true
+			}
+		}
+	}
+	f.depth, f.inString = depth, inString
+	return k, false
 }
 
 // take frames the next n bytes as an entry.

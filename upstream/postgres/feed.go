@@ -58,6 +58,29 @@ func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSessio
 	if held {
 		return nil, upstream.ErrNotConsumer
 	}
+	conn, err := s.connectFeedSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := takeFeedLock(ctx, conn, holder); err != nil {
+		closeFeedSession(ctx, conn)
+		return nil, err
+	}
+	db := connDB{conn}
+	renew := func(ctx context.Context) error {
+		_, err := conn.Exec(ctx, `SELECT 1`)
+		return err
+	}
+	release := func(ctx context.Context) error {
+		_, unlockErr := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(feedLock))
+		return errors.Join(unlockErr, conn.Close(ctx))
+	}
+	return sqlstore.NewSession(db, nowMillis, feedLease, renew, release), nil
+}
+
+// connectFeedSession opens the consumer's own session: TCP keepalives on
+// both sides, and the server's bounds on a silent peer.
+func (s *Store) connectFeedSession(ctx context.Context) (*pgx.Conn, error) {
 	cfg := s.pool.Config().ConnConfig.Copy()
 	dialer := &net.Dialer{
 		Timeout: 5 * time.Second,
@@ -71,11 +94,6 @@ func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSessio
 	if err != nil {
 		return nil, fmt.Errorf("feed session: %w", err)
 	}
-	closeConn := func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}
 	// The server's side of the keepalives, and its bound on a silent peer.
 	for _, set := range []string{
 		fmt.Sprintf("SET tcp_keepalives_idle = %d", int(keepAliveIdle.Seconds())),
@@ -85,32 +103,36 @@ func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSessio
 		fmt.Sprintf("SET idle_session_timeout = %d", feedIdleTimeout.Milliseconds()),
 	} {
 		if _, err := conn.Exec(ctx, set); err != nil && !unknownSetting(err) {
-			closeConn()
+			closeFeedSession(ctx, conn)
 			return nil, fmt.Errorf("feed session: %w", err)
 		}
 	}
+	return conn, nil
+}
+
+// takeFeedLock takes the feed's advisory lock on conn, without waiting,
+// and names holder in feed_state; while another session holds the lock,
+// it returns upstream.ErrNotConsumer.
+func takeFeedLock(ctx context.Context, conn *pgx.Conn, holder string) error {
+	var held bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(feedLock)).Scan(&held); err != nil {
-		closeConn()
-		return nil, fmt.Errorf("feed lock: %w", err)
+		return fmt.Errorf("feed lock: %w", err)
 	}
 	if !held {
-		closeConn()
-		return nil, upstream.ErrNotConsumer
+		return upstream.ErrNotConsumer
 	}
 	if _, err := conn.Exec(ctx, `UPDATE feed_state SET holder = $1 WHERE id = 1`, holder); err != nil {
-		closeConn()
-		return nil, fmt.Errorf("feed holder: %w", err)
+		return fmt.Errorf("feed holder: %w", err)
 	}
-	db := connDB{conn}
-	renew := func(ctx context.Context) error {
-		_, err := conn.Exec(ctx, `SELECT 1`)
-		return err
-	}
-	release := func(ctx context.Context) error {
-		_, unlockErr := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(feedLock))
-		return errors.Join(unlockErr, conn.Close(ctx))
-	}
-	return sqlstore.NewSession(db, nowMillis, feedLease, renew, release), nil
+	return nil
+}
+
+// closeFeedSession closes a session that Acquire gives up, within a
+// second, even where ctx has ended.
+func closeFeedSession(ctx context.Context, conn *pgx.Conn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = conn.Close(cctx)
 }
 
 // unknownSetting reports a server too old for a setting (idle_session_timeout

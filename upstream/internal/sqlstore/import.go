@@ -125,96 +125,122 @@ func importStream(ctx context.Context, im *importer, next iter.Seq2[upstream.Lis
 	if err := im.tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&im.maxID); err != nil {
 		return 0, fmt.Errorf("largest id: %w", err)
 	}
-	var (
-		ready  *batch // settled, its rows made: written next
-		flight *write // the batch before ready, being written; nil when none
-		spare  []upstream.Listing
-	)
-	// land waits for the write in flight and tells stored of its batch.
-	land := func() error {
-		if flight == nil {
-			return nil
-		}
-		w := flight
-		flight = nil
-		if err := <-w.done; err != nil {
-			return err
-		}
-		if ready != nil {
-			ready.prev = nil // in the store now
-		}
-		if stored != nil {
-			if err := stored(w.b.entries); err != nil {
-				return err
-			}
-		}
-		im.done += len(w.b.entries)
-		spare = w.b.given[:0]
-		return nil
+	p := &pipeline{im: im, stored: stored}
+	defer p.close()
+	if err := p.run(ctx, next); err != nil {
+		return 0, err
 	}
-	defer func() {
-		_ = land() // a return on an error must not leave the transaction busy
-		if im.closeInsert != nil {
-			_ = im.closeInsert() // the rollback or commit that follows ends it anyway
-		}
-	}()
-	// advance settles b, starts the write of ready, makes b's rows
-	// meanwhile, and lands the write; b is ready then. A nil b writes the
-	// last batch.
-	advance := func(b *batch) error {
-		if b != nil {
-			b.prev, b.base = ready, im.done
-			if ready != nil {
-				b.base = ready.base + len(ready.given)
-			}
-			if err := im.settle(ctx, b); err != nil {
-				return err
-			}
-		}
-		if ready != nil {
-			if err := im.setting(ctx, im.writesSetting); err != nil {
-				return err
-			}
-			flight = &write{b: ready, done: make(chan error, 1)}
-			go func(w *write) { w.done <- im.insert(ctx, w.b) }(flight)
-		}
-		ready = b
-		if b != nil {
-			if err := im.makeRows(b); err != nil {
-				return err
-			}
-		}
-		return land()
+	if err := im.saveCounters(ctx); err != nil {
+		return 0, err
 	}
+	return im.done, nil
+}
+
+// pipeline moves an import's batches along, one write behind: a batch is
+// settled and its rows made while the one before it is written.
+type pipeline struct {
+	im     *importer
+	stored func([]upstream.Listing) error // told of each batch as stored; may be nil
+	ready  *batch                         // settled, its rows made: written next
+	flight *write                         // the batch before ready, being written; nil when none
+	spare  []upstream.Listing             // a landed batch's entries, reused for the next
+}
+
+// run reads next in batches of importBatch and moves each along, then
+// writes the last.
+func (p *pipeline) run(ctx context.Context, next iter.Seq2[upstream.Listing, error]) error {
 	b := &batch{}
 	for l, err := range next {
 		if err != nil {
-			return 0, &inputErr{err}
+			return &inputErr{err}
 		}
 		b.given = append(b.given, l)
 		if len(b.given) == importBatch {
-			if err := advance(b); err != nil {
-				return 0, err
+			if err := p.advance(ctx, b); err != nil {
+				return err
 			}
-			b, spare = &batch{given: spare}, nil
+			b, p.spare = &batch{given: p.spare}, nil
 		}
 	}
 	if len(b.given) > 0 {
-		if err := advance(b); err != nil {
-			return 0, err
+		if err := p.advance(ctx, b); err != nil {
+			return err
 		}
 	}
-	if err := advance(nil); err != nil {
-		return 0, err
+	return p.advance(ctx, nil)
+}
+
+// advance settles b, starts the write of ready, makes b's rows meanwhile,
+// and lands the write; b is ready then. A nil b writes the last batch.
+func (p *pipeline) advance(ctx context.Context, b *batch) error {
+	im := p.im
+	if b != nil {
+		b.prev, b.base = p.ready, im.done
+		if p.ready != nil {
+			b.base = p.ready.base + len(p.ready.given)
+		}
+		if err := im.settle(ctx, b); err != nil {
+			return err
+		}
 	}
+	if p.ready != nil {
+		if err := im.setting(ctx, im.writesSetting); err != nil {
+			return err
+		}
+		p.flight = &write{b: p.ready, done: make(chan error, 1)}
+		go func(w *write) { w.done <- im.insert(ctx, w.b) }(p.flight)
+	}
+	p.ready = b
+	if b != nil {
+		if err := im.makeRows(b); err != nil {
+			return err
+		}
+	}
+	return p.land()
+}
+
+// land waits for the write in flight and tells stored of its batch.
+func (p *pipeline) land() error {
+	if p.flight == nil {
+		return nil
+	}
+	w := p.flight
+	p.flight = nil
+	if err := <-w.done; err != nil {
+		return err
+	}
+	if p.ready != nil {
+		p.ready.prev = nil // in the store now
+	}
+	if p.stored != nil {
+		if err := p.stored(w.b.entries); err != nil {
+			return err
+		}
+	}
+	p.im.done += len(w.b.entries)
+	p.spare = w.b.given[:0]
+	return nil
+}
+
+// close lands the write in flight, if any, and releases the prepared
+// insert: a return on an error must not leave the transaction busy.
+func (p *pipeline) close() {
+	_ = p.land()
+	if p.im.closeInsert != nil {
+		_ = p.im.closeInsert() // the rollback or commit that follows ends it anyway
+	}
+}
+
+// saveCounters stores the number counters of the firms the import moved.
+func (im *importer) saveCounters(ctx context.Context) error {
 	for id, f := range im.firms {
 		if f != nil && f.moved {
 			if err := im.tx.Exec(ctx, `UPDATE firms SET next_no = $2 WHERE id = $1`, id, f.next); err != nil {
-				return 0, fmt.Errorf("number counter of firm %d: %w", id, err)
+				return fmt.Errorf("number counter of firm %d: %w", id, err)
 			}
 		}
 	}
-	return im.done, nil
+	return nil
 }
 
 // write is a batch's write, on the transaction in the background: done
@@ -279,72 +305,118 @@ func (im *importer) fault(index int, l upstream.Listing, err error) error {
 // to the largest so far (an id above it can be taken only in this batch)
 // and the given numbers. Values out of range are left to add's checks.
 func (im *importer) prefetch(ctx context.Context, b *batch) error {
-	var firmIDs, userIDs, ids []any
-	nos := map[int64][]any{} // given numbers per firm
+	n := im.needs(b)
+	if err := im.readFirms(ctx, n.firmIDs); err != nil {
+		return err
+	}
+	if err := im.readUsers(ctx, n.userIDs); err != nil {
+		return err
+	}
+	if err := im.readTakenIDs(ctx, b, n.ids); err != nil {
+		return err
+	}
+	return im.readTakenNumbers(ctx, b, n.nos)
+}
+
+// lookups are what a batch's entries need of the store.
+type lookups struct {
+	firmIDs, userIDs []any           // firms and users not seen before
+	ids              []any           // given ids up to the largest so far
+	nos              map[int64][]any // given numbers per firm
+}
+
+// needs lists what b's entries need of the store, each value once.
+func (im *importer) needs(b *batch) lookups {
+	n := lookups{nos: map[int64][]any{}}
 	seen := map[int64]bool{}
 	for _, l := range b.given {
 		if _, ok := im.firms[l.FirmID]; !ok && !seen[l.FirmID] {
 			seen[l.FirmID] = true
-			firmIDs = append(firmIDs, l.FirmID)
+			n.firmIDs = append(n.firmIDs, l.FirmID)
 		}
 		if _, ok := im.users[l.FirmUserID]; !ok && !seen[-l.FirmUserID-1] {
 			seen[-l.FirmUserID-1] = true // users keyed apart from firms
-			userIDs = append(userIDs, l.FirmUserID)
+			n.userIDs = append(n.userIDs, l.FirmUserID)
 		}
 		if l.ID >= 1 && l.ID <= im.maxID {
-			ids = append(ids, l.ID)
+			n.ids = append(n.ids, l.ID)
 		}
 		if l.No >= 1 && l.No <= upstream.MaxNumber {
-			nos[l.FirmID] = append(nos[l.FirmID], l.No)
+			n.nos[l.FirmID] = append(n.nos[l.FirmID], l.No)
 		}
 	}
-	if len(firmIDs) > 0 {
-		for _, id := range firmIDs {
-			im.firms[id.(int64)] = nil
-		}
-		err := im.each(ctx, `SELECT id, next_no FROM firms WHERE id IN (`+placeholders(len(firmIDs), 1)+`)`, firmIDs,
-			func(r Rows) error {
-				var id, next int64
-				if err := r.Scan(&id, &next); err != nil {
-					return err
-				}
-				im.firms[id] = &firm{next: next}
-				return nil
-			})
-		if err != nil {
-			return fmt.Errorf("firms: %w", err)
-		}
+	return n
+}
+
+// readFirms reads the firms' number counters; a firm not found stays
+// nil, as unknown.
+func (im *importer) readFirms(ctx context.Context, firmIDs []any) error {
+	if len(firmIDs) == 0 {
+		return nil
 	}
-	if len(userIDs) > 0 {
-		for _, id := range userIDs {
-			im.users[id.(int64)] = 0
-		}
-		err := im.each(ctx, `SELECT id, firm_id FROM firm_users WHERE id IN (`+placeholders(len(userIDs), 1)+`)`, userIDs,
-			func(r Rows) error {
-				var id, firmID int64
-				if err := r.Scan(&id, &firmID); err != nil {
-					return err
-				}
-				im.users[id] = firmID
-				return nil
-			})
-		if err != nil {
-			return fmt.Errorf("users: %w", err)
-		}
+	for _, id := range firmIDs {
+		im.firms[id.(int64)] = nil
 	}
-	b.idsTaken = map[int64]bool{}
-	if len(ids) > 0 {
-		err := im.each(ctx, `SELECT id FROM listings WHERE id IN (`+placeholders(len(ids), 1)+`)`, ids,
-			func(r Rows) error {
-				var id int64
-				err := r.Scan(&id)
-				b.idsTaken[id] = true
+	err := im.each(ctx, `SELECT id, next_no FROM firms WHERE id IN (`+placeholders(len(firmIDs), 1)+`)`, firmIDs,
+		func(r Rows) error {
+			var id, next int64
+			if err := r.Scan(&id, &next); err != nil {
 				return err
-			})
-		if err != nil {
-			return fmt.Errorf("ids taken: %w", err)
-		}
+			}
+			im.firms[id] = &firm{next: next}
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("firms: %w", err)
 	}
+	return nil
+}
+
+// readUsers reads the users' firms; a user not found stays 0, as unknown.
+func (im *importer) readUsers(ctx context.Context, userIDs []any) error {
+	if len(userIDs) == 0 {
+		return nil
+	}
+	for _, id := range userIDs {
+		im.users[id.(int64)] = 0
+	}
+	err := im.each(ctx, `SELECT id, firm_id FROM firm_users WHERE id IN (`+placeholders(len(userIDs), 1)+`)`, userIDs,
+		func(r Rows) error {
+			var id, firmID int64
+			if err := r.Scan(&id, &firmID); err != nil {
+				return err
+			}
+			im.users[id] = firmID
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("users: %w", err)
+	}
+	return nil
+}
+
+// readTakenIDs reads which of the given ids the store has, into b.
+func (im *importer) readTakenIDs(ctx context.Context, b *batch, ids []any) error {
+	b.idsTaken = map[int64]bool{}
+	if len(ids) == 0 {
+		return nil
+	}
+	err := im.each(ctx, `SELECT id FROM listings WHERE id IN (`+placeholders(len(ids), 1)+`)`, ids,
+		func(r Rows) error {
+			var id int64
+			err := r.Scan(&id)
+			b.idsTaken[id] = true
+			return err
+		})
+	if err != nil {
+		return fmt.Errorf("ids taken: %w", err)
+	}
+	return nil
+}
+
+// readTakenNumbers reads which of the given numbers, per firm, the store
+// has, into b.
+func (im *importer) readTakenNumbers(ctx context.Context, b *batch, nos map[int64][]any) error {
 	b.nosTaken = map[[2]int64]bool{}
 	for firmID, nos := range nos {
 		// Per firm, an IN list that the (firm_id, no) index answers; a

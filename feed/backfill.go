@@ -1,0 +1,30 @@
+package feed
+
+import (
+	"context"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// backfillBatch is how many listings one idle poll gives a body.
+const backfillBatch = 200
+
+// backfill keeps the response body of the next listings after id after
+// that lack a current one (written before bodies were kept, or by another
+// writer whose change was applied before), so that their misses do no
+// JSON work. It returns where to go on, -1 once none is left.
+func (w *worker) backfill(ctx context.Context, after int64) (int64, error) {
+	ids, err := call(ctx, w.s, func(ctx context.Context) ([]int64, error) { return w.s.StaleBodies(ctx, after, backfillBatch) })
+	if err == nil && len(ids) > 0 {
+		_, err = call(ctx, w.s, func(ctx context.Context) (map[int64]upstream.ListingState, error) { return w.s.Listings(ctx, ids) })
+	}
+	if err != nil {
+		w.errors[StageStore].Add(1)
+		return after, err
+	}
+	if len(ids) < backfillBatch {
+		w.log.Debug("listing bodies kept", "upTo", after)
+		return -1, nil
+	}
+	return ids[len(ids)-1], nil
+}

@@ -1,0 +1,309 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// Timings of the consumer's loop.
+const (
+	acquireEvery   = 500 * time.Millisecond // how often a gateway tries to become the consumer
+	acquireTimeout = 5 * time.Second        // bounds one try, on a store that does not answer
+	backlogEvery   = time.Second            // how often the backlog gauges are read
+	pruneEvery     = 30 * time.Second       // how often done records are pruned
+	// adoptEvery is how often an idle consumer checks that Redis is the
+	// one adopted (a busy one checks at every poll).
+	adoptEvery = time.Second
+	pruneBatch = 10_000
+	// redisGiveUp is how long a consumer that cannot reach Redis keeps the
+	// feed before it leaves it to a gateway that may.
+	redisGiveUp = 5 * time.Second
+	// orphanAfter is how long a record may wait applied but not done
+	// before it is purged again: its purge was lost with a consumer.
+	orphanAfter = time.Minute
+)
+
+// consume applies the feed until the hold is lost or ctx ends.
+func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
+	l, err := c.startLoop(ctx, fs)
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		if err := l.round(ctx); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// loop is the consuming loop over one hold: when each periodic duty last
+// ran, and what the duties carry from one round to the next.
+type loop struct {
+	c *Consumer
+	s *session
+	w *worker
+
+	adopted        string    // the Redis the marks refer to; "" before one is adopted
+	redisDownSince time.Time // when Redis stopped answering; zero while it answers
+	backfillAfter  int64     // where the backfill goes on; -1 once every listing's body is kept
+	quiet          bool      // the last round left nothing to do
+
+	lastAdopt, lastOrphans, lastBacklog time.Time // zero: due in the first round
+	lastPrune                           time.Time // the loop's start: the first prune waits pruneEvery
+}
+
+// startLoop starts the loop on fs. Without Redis the marks refer to this
+// process's tier, adopted at once.
+func (c *Consumer) startLoop(ctx context.Context, fs upstream.FeedSession) (*loop, error) {
+	s := &session{FeedSession: fs, lastOK: time.Now()}
+	l := &loop{c: c, s: s, w: &worker{Consumer: c, s: s, purged: make(chan purged, 1024), inflight: map[int64]bool{}}}
+	if !c.deps.Redis {
+		if _, err := call(ctx, s, func(ctx context.Context) (int64, error) { return s.Adopt(ctx, "", c.cfg.Retention) }); err != nil {
+			c.errors[StageStore].Add(1)
+			return nil, err
+		}
+	}
+	l.lastPrune = time.Now()
+	return l, nil
+}
+
+// round runs the consumer's duties once, in this order, each at its
+// period:
+//
+//	idle probe       after a quiet round, unless Redis's check or a prune is due; ends an idle round
+//	adopt Redis      every round (every adoptEvery while idle)
+//	collect purges   every round
+//	repurge orphans  every orphanAfter/2, at once after a takeover
+//	step             every round: one batch
+//	backfill         after a batch that was not full, until every body is kept
+//	gauges           every backlogEvery
+//	prune            every pruneEvery
+//	burst            after a full batch: the next round at once
+//	poll sleep       Poll, at most a quarter of the lease
+//	renew            after the sleep
+func (l *loop) round(ctx context.Context) error {
+	now := time.Now()
+	if l.mayRest(now) {
+		if rested, err := l.restIfIdle(ctx); err != nil || rested {
+			return err
+		}
+	}
+	if err := l.adoptRedis(ctx, now); err != nil {
+		return err
+	}
+	l.w.collectPurged(ctx)
+	if err := l.repurgeOrphans(ctx, now); err != nil {
+		return err
+	}
+	full, err := l.w.step(ctx, l.ready())
+	if err != nil {
+		return err
+	}
+	if !full {
+		if err := l.backfillBodies(ctx); err != nil {
+			return err
+		}
+	}
+	if err := l.readGauges(ctx, now); err != nil {
+		return err
+	}
+	if err := l.pruneRecords(ctx, now); err != nil {
+		return err
+	}
+	if full {
+		return nil // a burst: go on at once
+	}
+	l.quiet = l.backfillAfter < 0 && l.w.idle()
+	sleep(ctx, min(l.c.cfg.Poll, l.s.Lease()/4))
+	return l.renew(ctx)
+}
+
+// adoptsRedis reports whether the loop adopts the Redis it applies to.
+func (l *loop) adoptsRedis() bool { return l.c.deps.Redis && l.c.cfg.Enabled }
+
+// mayRest reports whether the round may end in the idle probe: the last
+// round was quiet, and neither Redis's check nor a prune is due.
+func (l *loop) mayRest(now time.Time) bool {
+	redisCheckDue := l.adoptsRedis() && now.Sub(l.lastAdopt) >= adoptEvery
+	return l.quiet && !redisCheckDue && now.Sub(l.lastPrune) < pruneEvery
+}
+
+// restIfIdle is the idle probe: one read of an empty index says whether
+// anything is to do, and proves the hold; nothing is written. With nothing
+// to do it zeroes the gauges, sleeps and reports true. It sleeps Settle,
+// not Poll, where Settle is the longer: a change another writer makes is
+// left to it for Settle anyway, so it is applied as soon as before.
+func (l *loop) restIfIdle(ctx context.Context) (bool, error) {
+	undone, err := call(ctx, l.s, func(ctx context.Context) (bool, error) { return l.s.Undone(ctx) })
+	if err != nil {
+		l.c.errors[StageStore].Add(1)
+		return false, err
+	}
+	if undone || !l.w.idle() {
+		return false, nil
+	}
+	l.c.backlog.Store(0)
+	l.c.lagNano.Store(0)
+	sleep(ctx, min(max(l.c.cfg.Poll, l.c.cfg.Settle), l.s.Lease()/4))
+	return true, nil
+}
+
+// adoptRedis has the marks refer to the Redis that answers now. It ends
+// the hold on the store's failure, or once Redis has not answered for
+// redisGiveUp.
+func (l *loop) adoptRedis(ctx context.Context, now time.Time) error {
+	if !l.adoptsRedis() {
+		return nil
+	}
+	l.lastAdopt = now
+	id, err := l.c.adopt(ctx, l.s, l.adopted)
+	switch {
+	case err == nil:
+		l.adopted, l.redisDownSince = id, time.Time{}
+	case errors.Is(err, errStore):
+		return err
+	case l.redisDownSince.IsZero():
+		l.redisDownSince = now
+	case now.Sub(l.redisDownSince) > redisGiveUp:
+		return fmt.Errorf("%w: %w", errRedisGone, err)
+	}
+	return nil
+}
+
+// repurgeOrphans purges again the records whose purge a dead consumer
+// left unfinished.
+func (l *loop) repurgeOrphans(ctx context.Context, now time.Time) error {
+	if !l.c.cfg.Enabled || now.Sub(l.lastOrphans) <= orphanAfter/2 {
+		return nil
+	}
+	after := orphanAfter
+	if l.lastOrphans.IsZero() {
+		after = 0 // just taken over: every unfinished purge is an orphan
+	}
+	if err := l.w.repurge(ctx, after); err != nil {
+		return err
+	}
+	l.lastOrphans = now
+	return nil
+}
+
+// ready reports whether step may apply: the Redis it applies to, if any,
+// is adopted.
+func (l *loop) ready() bool { return l.adopted != "" || !l.adoptsRedis() }
+
+// backfillBodies keeps the bodies of the next listings that lack one,
+// until none is left.
+func (l *loop) backfillBodies(ctx context.Context) error {
+	if l.backfillAfter < 0 {
+		return nil
+	}
+	var err error
+	l.backfillAfter, err = l.w.backfill(ctx, l.backfillAfter)
+	return err
+}
+
+// readGauges reads the backlog gauges when they are due.
+func (l *loop) readGauges(ctx context.Context, now time.Time) error {
+	if now.Sub(l.lastBacklog) < backlogEvery {
+		return nil
+	}
+	if err := l.c.readBacklog(ctx, l.s); err != nil {
+		return err
+	}
+	l.lastBacklog = now
+	return nil
+}
+
+// pruneRecords drops done records past the retention when a prune is due.
+func (l *loop) pruneRecords(ctx context.Context, now time.Time) error {
+	if now.Sub(l.lastPrune) < pruneEvery {
+		return nil
+	}
+	if _, err := call(ctx, l.s, func(ctx context.Context) (int64, error) {
+		return l.s.Prune(ctx, l.c.cfg.Retention, pruneBatch)
+	}); err != nil {
+		l.c.errors[StageStore].Add(1)
+		return err
+	}
+	l.lastPrune = now
+	return nil
+}
+
+// renew proves the hold after the poll's sleep.
+func (l *loop) renew(ctx context.Context) error {
+	if _, err := call(ctx, l.s, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.s.Renew(ctx) }); err != nil {
+		l.c.errors[StageStore].Add(1)
+		return err
+	}
+	return nil
+}
+
+// sleep waits for d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+var (
+	// errStore marks a failure of the store's side in adopt.
+	errStore = errors.New("feed store")
+	// errRedisGone ends a hold whose Redis has not answered for redisGiveUp.
+	errRedisGone = fmt.Errorf("redis unreachable for %v", redisGiveUp)
+)
+
+// adopt makes the feed's marks refer to the Redis that answers now,
+// replaying the retention window to a Redis that is new and not empty.
+func (c *Consumer) adopt(ctx context.Context, s *session, adopted string) (string, error) {
+	id, err := c.deps.Target.RedisIdentity(ctx)
+	if err != nil {
+		c.errors[StageRedis].Add(1)
+		return "", err
+	}
+	if id == adopted {
+		return id, nil
+	}
+	replay := c.cfg.Retention
+	if empty, err := c.deps.Target.RedisEmpty(ctx); err != nil {
+		c.errors[StageRedis].Add(1)
+		return "", err
+	} else if empty {
+		replay = 0 // it holds nothing old
+	}
+	n, err := call(ctx, s, func(ctx context.Context) (int64, error) { return s.Adopt(ctx, id, replay) })
+	if err != nil {
+		c.errors[StageStore].Add(1)
+		return "", errors.Join(errStore, err)
+	}
+	if n > 0 {
+		c.replayed.Add(uint64(n))
+		c.log.Warn("redis changed; replaying the retained changes to it", "changes", n, "window", replay.String())
+	} else if adopted != "" {
+		c.log.Info("redis changed; nothing to replay", "empty", replay == 0)
+	}
+	return id, nil
+}
+
+func (c *Consumer) readBacklog(ctx context.Context, s *session) error {
+	type backlog struct {
+		rows int64
+		lag  time.Duration
+	}
+	b, err := call(ctx, s, func(ctx context.Context) (backlog, error) {
+		rows, lag, err := s.Backlog(ctx)
+		return backlog{rows, lag}, err
+	})
+	if err != nil {
+		c.errors[StageStore].Add(1)
+		return err
+	}
+	c.backlog.Store(b.rows)
+	c.lagNano.Store(int64(b.lag))
+	return nil
+}
