@@ -74,9 +74,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	backgroundDone.Go(func() { p.revocations.Run(background) })
 	backgroundDone.Go(func() { p.tokenKeys.Run(background) })
 	var draining atomic.Bool
-	ready := adminserver.NewReadiness(&draining, p.listings, started, p.guarded, p.store, cfg.Store.Timeout, p.rdb, cfg.Redis.Timeout)
+	ready := adminserver.NewReadiness(&draining, started, p.readinessDeps(cfg))
 	newMetrics(m, p.listings, p.guarded, p.limiter, p.cdnPurger, p.rdb, p.feed, p.revocations, cfg.Cache.LocalBytes, ready)
-	adminSrv := adminserver.New(cfg.Server.AdminAddr, ready, p.listings, p.guarded, p.srv, p.cdnPurger, p.feed, p.revocations, m)
+	adminSrv := adminserver.New(cfg.Server.AdminAddr, ready, m.Handler(), p.statsSections()...)
 	return listen(ctx, cfg.Server, p.srv, adminSrv, &draining, log)
 }
 
@@ -166,6 +166,29 @@ func newTokenKeys(ctx context.Context, cfg config.Config, store signing.Store, l
 		return nil, err
 	}
 	return keys, keys.Start(ctx)
+}
+
+// readinessDeps are what /readyz asks of the parts.
+func (p *parts) readinessDeps(cfg config.Config) adminserver.ReadinessDeps {
+	d := adminserver.ReadinessDeps{RedisTrusted: p.listings.RedisTrusted, BreakerClosed: p.guarded.BreakerClosed,
+		PingStore: p.store.Ping, StoreTimeout: cfg.Store.Timeout, RedisTimeout: cfg.Redis.Timeout}
+	if p.rdb != nil {
+		d.PingRedis = func(ctx context.Context) error { return p.rdb.Ping(ctx).Err() }
+	}
+	return d
+}
+
+// statsSections are /stats: each part's own view, in the order operators
+// know.
+func (p *parts) statsSections() []adminserver.Section {
+	return []adminserver.Section{
+		{Name: "cache", Stats: func() any { return p.listings.Stats() }},
+		{Name: "breakerOpen", Stats: func() any { return p.guarded.Open() }},
+		{Name: "panics", Stats: func() any { return p.srv.Panics() }},
+		{Name: "purges", Stats: func() any { return p.cdnPurger.Stats() }},
+		{Name: "feed", Stats: func() any { return p.feed.Stats() }},
+		{Name: "revocations", Stats: func() any { return p.revocations.Stats() }},
+	}
 }
 
 // holderName names this process to operators looking at who consumes the

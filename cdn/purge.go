@@ -255,6 +255,21 @@ func (p *Purger) Sent() uint64    { return p.sent.Load() }
 func (p *Purger) Failed() uint64  { return p.failed.Load() }
 func (p *Purger) Dropped() uint64 { return p.dropped.Load() }
 
+// Stats are the purger's counters as /stats shows them.
+type Stats struct {
+	Sent    uint64 `json:"sent"`
+	Failed  uint64 `json:"failed"`
+	Dropped uint64 `json:"dropped"`
+}
+
+// Stats returns the counters; a nil Purger (no CDN configured) has none.
+func (p *Purger) Stats() Stats {
+	if p == nil {
+		return Stats{}
+	}
+	return Stats{Sent: p.Sent(), Failed: p.Failed(), Dropped: p.Dropped()}
+}
+
 // Pending is how many purges wait to be delivered: queued, or retried
 // after failed attempts. A delivered purge's delayed repeat is not
 // counted. It grows while the CDN does not take purges.

@@ -76,6 +76,10 @@ func Answered(err error) bool {
 // Open reports whether the breaker currently rejects calls.
 func (g *Guarded) Open() bool { return g.guard.Open() }
 
+// BreakerClosed reports whether the store's breaker is closed: the store
+// answered lately, so readiness need not ask it.
+func (g *Guarded) BreakerClosed() bool { return g.BreakerState() == breaker.Closed }
+
 // The Store methods that serve requests go through guard.
 
 func (g *Guarded) ListingByID(ctx context.Context, id int64) (Listing, error) {

@@ -1,38 +1,31 @@
 // Package adminserver owns the admin listener, on an address not exposed to
 // clients: liveness, the readiness policy (/readyz), Prometheus metrics
-// and counters as JSON; and the healthcheck client that asks it. A
-// Readiness and the listener's handlers read the components' own
-// concurrency-safe state and may be called from any goroutine.
+// and counters as JSON; and the healthcheck client that asks it. It knows
+// no component: each gives its own view of itself as a Section of /stats,
+// and readiness asks what ReadinessDeps name. A Readiness and the
+// listener's handlers read the components' own concurrency-safe state and
+// may be called from any goroutine.
 package adminserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"time"
-
-	"github.com/realty-gateway/gateway/cache"
-	"github.com/realty-gateway/gateway/cdn"
-	"github.com/realty-gateway/gateway/feed"
-	"github.com/realty-gateway/gateway/gateway"
-	"github.com/realty-gateway/gateway/metrics"
-	"github.com/realty-gateway/gateway/revocation"
-	"github.com/realty-gateway/gateway/upstream"
 )
 
-// purgeStats count CDN purge requests delivered, attempts that failed, and
-// purges given up.
-type purgeStats struct {
-	Sent    uint64 `json:"sent"`
-	Failed  uint64 `json:"failed"`
-	Dropped uint64 `json:"dropped"`
+// Section is one member of /stats: a component's own view of itself,
+// encoded as JSON on every request.
+type Section struct {
+	Name  string
+	Stats func() any
 }
 
 // New returns the admin listener, on an address that is not exposed
 // to clients: liveness (/livez, and /healthz as an alias), readiness
-// (/readyz, see Readiness), Prometheus metrics (/metrics) and counters as
-// JSON (/stats).
-func New(addr string, ready Readiness, listings *cache.Cache, guarded *upstream.Guarded, srv *gateway.Server,
-	purger *cdn.Purger, changes *feed.Consumer, revocations *revocation.Keeper, m *metrics.Metrics) *http.Server {
+// (/readyz, see Readiness), Prometheus metrics (/metrics) and the
+// sections as one JSON object, in their order (/stats).
+func New(addr string, ready Readiness, metrics http.Handler, sections ...Section) *http.Server {
 	mux := http.NewServeMux()
 	live := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }
 	mux.HandleFunc("GET /livez", live)
@@ -44,21 +37,15 @@ func New(addr string, ready Readiness, listings *cache.Cache, guarded *upstream.
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		var purges purgeStats
-		if purger != nil {
-			purges = purgeStats{Sent: purger.Sent(), Failed: purger.Failed(), Dropped: purger.Dropped()}
+		body, err := statsJSON(sections)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
 		}
-		_ = json.NewEncoder(w).Encode(struct {
-			Cache       cache.Stats      `json:"cache"`
-			BreakerOpen bool             `json:"breakerOpen"`
-			Panics      uint64           `json:"panics"`
-			Purges      purgeStats       `json:"purges"`
-			Feed        feed.Stats       `json:"feed"`
-			Revocations revocation.Stats `json:"revocations"`
-		}{listings.Stats(), guarded.Open(), srv.Panics(), purges, changes.Stats(), revocations.Stats()})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
 	})
 	return &http.Server{
 		Addr:              addr,
@@ -67,4 +54,25 @@ func New(addr string, ready Readiness, listings *cache.Cache, guarded *upstream.
 		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      5 * time.Second,
 	}
+}
+
+// statsJSON is one object with a member per section, in order.
+func statsJSON(sections []Section) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, s := range sections {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(s.Name)
+		v, err := json.Marshal(s.Stats())
+		if err != nil {
+			return nil, err
+		}
+		b.Write(name)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteString("}\n")
+	return b.Bytes(), nil
 }

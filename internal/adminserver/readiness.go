@@ -4,12 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/realty-gateway/gateway/breaker"
-	"github.com/realty-gateway/gateway/cache"
-	"github.com/realty-gateway/gateway/upstream"
 )
 
 // Readiness decides /readyz. It is false while draining, and while the
@@ -56,26 +50,39 @@ func (r Readiness) Check(ctx context.Context) string {
 // is ready anyway.
 const warmUp = 5 * time.Second
 
-// NewReadiness checks store, and rdb when set, each within its timeout;
-// until warmUp after started it also waits for listings to trust Redis.
-func NewReadiness(draining *atomic.Bool, listings *cache.Cache, started time.Time, guarded *upstream.Guarded, store upstream.Store,
-	storeTimeout time.Duration, rdb redis.UniversalClient, redisTimeout time.Duration) Readiness {
+// ReadinessDeps are what readiness asks of the components.
+type ReadinessDeps struct {
+	// RedisTrusted is the cache's: the change feed vouched for Redis.
+	RedisTrusted func() bool
+	// BreakerClosed is the store breaker's.
+	BreakerClosed func() bool
+	// PingStore and PingRedis (nil without Redis) ask each directly; each
+	// call is bounded by its timeout.
+	PingStore, PingRedis       func(context.Context) error
+	StoreTimeout, RedisTimeout time.Duration
+}
+
+// NewReadiness pings the store, and Redis when set, each within its
+// timeout; until warmUp after started it also waits for the cache to trust
+// Redis.
+func NewReadiness(draining *atomic.Bool, started time.Time, d ReadinessDeps) Readiness {
 	r := Readiness{
 		draining:     draining,
-		warming:      func() bool { return !listings.RedisTrusted() && time.Since(started) < warmUp },
-		storeSuspect: func() bool { return guarded.BreakerState() != breaker.Closed },
-		pingStore: func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-			defer cancel()
-			return store.Ping(ctx)
-		},
+		warming:      func() bool { return !d.RedisTrusted() && time.Since(started) < warmUp },
+		storeSuspect: func() bool { return !d.BreakerClosed() },
+		pingStore:    within(d.StoreTimeout, d.PingStore),
 	}
-	if rdb != nil {
-		r.pingCache = func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, redisTimeout)
-			defer cancel()
-			return rdb.Ping(ctx).Err()
-		}
+	if d.PingRedis != nil {
+		r.pingCache = within(d.RedisTimeout, d.PingRedis)
 	}
 	return r
+}
+
+// within bounds each call of ping by timeout.
+func within(timeout time.Duration, ping func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return ping(ctx)
+	}
 }
