@@ -77,8 +77,14 @@ func (s *Server) view(c *fiber.Ctx) error {
 	h.SetCanonical([]byte("X-Cache"), []byte(e.State.String()))
 	var buf [64]byte
 	h.SetCanonical([]byte("Cache-Status"), appendCacheStatus(buf[:0], e, now))
-	if len(req.Peek(fiber.HeaderIfNoneMatch)) > 0 && noneMatch(req.PeekAll(fiber.HeaderIfNoneMatch), tag) {
-		return c.SendStatus(fiber.StatusNotModified)
+	if conditionalRead(req) {
+		notModified, err := readPrecondition(req, e, tag)
+		if err != nil {
+			return err
+		}
+		if notModified {
+			return c.SendStatus(fiber.StatusNotModified)
+		}
 	}
 	body, err := s.listings.Variant(e, cod)
 	if err != nil {
@@ -242,6 +248,9 @@ func decodeBody(c *fiber.Ctx) (upstream.Listing, error) {
 }
 
 func (s *Server) create(c *fiber.Ctx) error {
+	if err := createPrecondition(c); err != nil {
+		return err
+	}
 	l, err := decodeBody(c)
 	if err != nil {
 		return err
