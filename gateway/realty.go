@@ -339,6 +339,9 @@ func (s *Server) remove(c *fiber.Ctx) error {
 	if err := checkPrecondition(cond, current); err != nil {
 		return err
 	}
+	if inPreflight(c) {
+		return errContinue // Expect: 100-continue on a DELETE that may go on
+	}
 	ctx := s.requestContext(c)
 	w, err := s.listings.Delete(ctx, current, cond)
 	if err != nil {
