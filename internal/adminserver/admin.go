@@ -62,9 +62,20 @@ func New(addr string, ready Readiness, listings *cache.Cache, guarded *upstream.
 	})
 	return &http.Server{
 		Addr:              addr,
-		Handler:           mux,
+		Handler:           noStore(mux),
 		ReadHeaderTimeout: time.Second,
 		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      5 * time.Second,
 	}
+}
+
+// noStore marks every admin answer as not to be kept by any cache: the
+// counters, metrics and health it reports are of the moment (RFC 9111
+// §5.2.2.5), and a proxy or browser in between must not answer from an
+// old copy.
+func noStore(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
 }
