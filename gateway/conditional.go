@@ -179,6 +179,9 @@ func tagList(lines [][]byte) (tags [][]byte, any bool, err error) {
 				rest = rest[1:]
 				continue
 			case rest[0] == '*':
+				if any {
+					return nil, false, errMalformedTag // "*" stands alone
+				}
 				any, rest = true, rest[1:]
 			default:
 				var tag []byte

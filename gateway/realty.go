@@ -73,18 +73,19 @@ func (s *Server) view(c *fiber.Ctx) error {
 	}
 	var tagBuf [64]byte
 	tag := coding.AppendTag(tagBuf[:0], e.ETag, cod)
+	notModified := false
+	if conditionalRead(req) {
+		var err error
+		if notModified, err = readPrecondition(req, e, tag); err != nil {
+			return err // 412 or 400, without the listing's headers
+		}
+	}
 	s.cacheHeaders(c, e, tag, now)
 	h.SetCanonical([]byte("X-Cache"), []byte(e.State.String()))
 	var buf [64]byte
 	h.SetCanonical([]byte("Cache-Status"), appendCacheStatus(buf[:0], e, now))
-	if conditionalRead(req) {
-		notModified, err := readPrecondition(req, e, tag)
-		if err != nil {
-			return err
-		}
-		if notModified {
-			return c.SendStatus(fiber.StatusNotModified)
-		}
+	if notModified {
+		return c.SendStatus(fiber.StatusNotModified)
 	}
 	body, err := s.listings.Variant(e, cod)
 	if err != nil {
