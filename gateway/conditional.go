@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/http"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
@@ -140,7 +142,7 @@ func readPrecondition(h *fasthttp.RequestHeader, e cache.Entry, tag []byte) (not
 	if lines := h.PeekAll(fiber.HeaderIfNoneMatch); len(lines) > 0 {
 		return noneMatch(lines, tag), nil
 	}
-	if since, ok := httpDate(h.PeekAll(fiber.HeaderIfModifiedSince)); ok && dated && validatesByDate(e) {
+	if since, ok := httpDate(h.PeekAll(fiber.HeaderIfModifiedSince)); ok && dated {
 		return floorDiv(lastModified, 1000) <= since, nil
 	}
 	return false, nil
@@ -157,7 +159,7 @@ func checkPrecondition(p upstream.Precondition, current upstream.Listing) error 
 	if err != nil {
 		return err
 	}
-	if !p.Holds(e.ETag, current.UpdatedDate) {
+	if !p.Holds(e.ETag, current.Modified) {
 		return upstream.ErrPreconditionFailed
 	}
 	return nil
@@ -225,12 +227,52 @@ func entityTag(b []byte) (tag, rest []byte, err error) {
 	return nil, nil, errMalformedTag
 }
 
-// lastModifiedOf is e's Last-Modified, in unix milliseconds; false where
-// it has none.
-func lastModifiedOf(e cache.Entry) (int64, bool) { return 0, false }
+// lastModifiedOf is e's Last-Modified as the store recorded it, in unix
+// milliseconds; false where it has none (a record of an earlier release).
+//
+// Dates have whole seconds and revisions do not, so a date validates only
+// because the store gives each revision of a listing a time in a later
+// second than the one before (sqlstore.nextModified): a client that holds
+// an older revision holds an older second, and its If-Modified-Since is
+// before this one's, so it gets the 200. The comparisons use that time,
+// not the Last-Modified sent, which is never later than the answer
+// (lastModifiedHeader).
+func lastModifiedOf(e cache.Entry) (int64, bool) { return e.LastModified, e.LastModified > 0 }
 
-// validatesByDate reports whether If-Modified-Since may answer 304 for e.
-func validatesByDate(e cache.Entry) bool { return false }
+// appendLastModified appends the Last-Modified of a listing answer: the
+// time its version was recorded, but no later than now, the answer's own
+// time (RFC 9110 §8.8.2.1; within a burst of writes the recorded time runs
+// ahead of the clock). A client that is sent the earlier time only
+// revalidates sooner.
+func appendLastModified(b []byte, modifiedMs int64, now time.Time) []byte {
+	return appendHTTPDate(b, min(floorDiv(modifiedMs, 1000), now.Unix()))
+}
+
+// appendHTTPDate appends unix second sec as an IMF-fixdate (RFC 9110
+// §5.6.7), "Sun, 06 Nov 1994 08:49:37 GMT", without time.Format's work.
+func appendHTTPDate(b []byte, sec int64) []byte {
+	t := time.Unix(sec, 0).UTC()
+	year, month, day := t.Date()
+	hour, minute, second := t.Clock()
+	b = append(b, weekdays[t.Weekday()]...)
+	b = append(b, ", "...)
+	b = append2(b, day)
+	b = append(b, ' ')
+	b = append(b, months[month-1]...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(year), 10)
+	b = append(b, ' ')
+	b = append2(append(append2(append(append2(b, hour), ':'), minute), ':'), second)
+	return append(b, " GMT"...)
+}
+
+var (
+	weekdays = [...]string{"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"}
+	months   = [...]string{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"}
+)
+
+// append2 appends n, 0 to 99, as two digits.
+func append2(b []byte, n int) []byte { return append(b, byte('0'+n/10), byte('0'+n%10)) }
 
 func floorDiv(a, b int64) int64 {
 	q := a / b

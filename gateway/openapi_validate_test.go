@@ -666,6 +666,8 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 			{name: "If-None-Match", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-None-Match": etag}, want: 304}},
 			{name: "If-None-Match, weak, by number", ex: exchange{path: "/realty/1-1", auth: owner, header: map[string]string{"If-None-Match": `"x", W/` + etag}, want: 304}},
 			{name: "If-Match the current tag", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Match": etag}, want: 200}},
+			{name: "If-Modified-Since the Last-Modified", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Modified-Since": hit.Header.Get("Last-Modified")}, want: 304}},
+			{name: "If-Unmodified-Since before the Last-Modified", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Unmodified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"}, want: 412}},
 			{name: "If-Match *", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Match": "*"}, want: 200}},
 			{name: "If-Match another tag", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Match": `"zzz"`}, want: 412}},
 			{name: "malformed If-Match", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Match": "zzz"}, want: 400, refused: true}},
