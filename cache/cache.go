@@ -113,6 +113,10 @@ type Entry struct {
 	State  State
 	// FreshUntil is when the cached copy stops being fresh, in unix ms.
 	FreshUntil int64
+	// LastModified is when the store recorded this version, in unix ms,
+	// always in a later second than the version before (see
+	// upstream.Listing.Modified); 0: unknown.
+	LastModified int64
 
 	// revision and variants are the version's, for Variant; held is its
 	// record's, for the tiers' weighers.
@@ -128,7 +132,7 @@ func (e Entry) record() record {
 		k = kindActive
 	}
 	return record{revision: e.revision, freshUntil: e.FreshUntil, id: e.ID, firmID: e.FirmID, no: e.No, kind: k,
-		etag: e.ETag, body: e.Body, variants: e.variants, held: e.held}
+		etag: e.ETag, body: e.Body, modified: e.LastModified, variants: e.variants, held: e.held}
 }
 
 // Config holds the lifetimes and bounds of the cache.
@@ -641,6 +645,7 @@ func (c *Cache) recordOfEncoded(e upstream.Encoded) record {
 		kind:       k,
 		etag:       e.ETag,
 		body:       e.Body,
+		modified:   e.Modified,
 		variants:   &variants{},
 	}
 }
@@ -661,7 +666,7 @@ func (c *Cache) servable(k Key, r record) bool {
 
 func (r record) entry(s State) Entry {
 	return Entry{ID: r.id, Body: r.body, ETag: r.etag, FirmID: r.firmID, No: r.no, Active: r.kind == kindActive, State: s,
-		FreshUntil: r.freshUntil, revision: r.revision, variants: r.variants, held: r.held}
+		FreshUntil: r.freshUntil, LastModified: r.modified, revision: r.revision, variants: r.variants, held: r.held}
 }
 
 // lookup reads a key from the tier. Errors, corrupt or foreign values and

@@ -21,6 +21,11 @@ import (
 // as a miss, and fills the key again without its variants; the guard
 // below reads the revision of both forms.
 //
+// Either form may end with one more field, m<unixMs>: the version's
+// Last-Modified (upstream.Encoded.Modified). A record without it has
+// none, and a gateway of a release before it reads a record with it as a
+// miss, as above.
+//
 // a is an active listing, p a passive one and x a cached "absent". f is a
 // floor: nothing is cached, but a fill older than its revision is refused
 // (the guard reads the revision alike), so that a read of an old version
@@ -46,6 +51,9 @@ type record struct {
 	kind       kind
 	etag       []byte
 	body       []byte
+	// modified is the version's Last-Modified in unix milliseconds; 0:
+	// none.
+	modified int64
 	// variants are the compressed bodies, shared by every copy of a
 	// listing's record in this process; nil for absence and floors.
 	variants *variants
@@ -91,6 +99,9 @@ func (r record) encode() []byte {
 			b = strconv.AppendInt(b, int64(lengths[c]), 10)
 		}
 	}
+	if r.modified > 0 {
+		b = strconv.AppendInt(append(b, " m"...), r.modified, 10)
+	}
 	b = append(b, '\n')
 	b = append(b, r.body...)
 	if extra > 0 {
@@ -109,11 +120,20 @@ func decodeRecord(b []byte) (record, error) {
 		return record{}, errCorrupt
 	}
 	fields := bytes.Fields(head)
-	if len(fields) < 8 || len(fields) > 9 || string(fields[0]) != recordVersion || len(fields[6]) != 1 {
+	if len(fields) < 8 || string(fields[0]) != recordVersion || len(fields[6]) != 1 {
 		return record{}, errCorrupt
 	}
 	r := record{held: cap(b)}
 	var err error
+	if last := fields[len(fields)-1]; len(fields) > 8 && last[0] == 'm' {
+		if r.modified, err = strconv.ParseInt(string(last[1:]), 10, 64); err != nil || r.modified <= 0 {
+			return record{}, errCorrupt
+		}
+		fields = fields[:len(fields)-1]
+	}
+	if len(fields) > 9 {
+		return record{}, errCorrupt
+	}
 	if r.revision, err = strconv.ParseInt(string(fields[1]), 10, 64); err != nil {
 		return record{}, errCorrupt
 	}

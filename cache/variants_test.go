@@ -276,3 +276,40 @@ func TestRecordWithVariantsRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordKeepsLastModified: a record's Last-Modified (m<unixMs>, last)
+// survives encoding, with and without variants, into the entry a read
+// gets; a record without it has none; a malformed one is corrupt.
+func TestRecordKeepsLastModified(t *testing.T) {
+	for _, withVariants := range []bool{false, true} {
+		r := record{revision: 3, freshUntil: 99, id: 1, firmID: 7, no: 3, kind: kindActive, etag: []byte(`"e"`),
+			body: []byte(`{"id":1}`), modified: 1_795_000_000_123, variants: &variants{}}
+		if withVariants {
+			r.variants.keep(coding.Gzip, []byte("GZ"))
+		}
+		b := r.encode()
+		got, err := decodeRecord(b)
+		if err != nil {
+			t.Fatalf("%q: %v", b, err)
+		}
+		if e := got.entry(Hit); e.LastModified != 1_795_000_000_123 || string(e.Body) != `{"id":1}` || !bytes.Equal(got.encode(), b) {
+			t.Fatalf("%q: LastModified %d, body %q", b, e.LastModified, e.Body)
+		}
+		if e := got.entry(Hit); withVariants && string(got.variants.get(coding.Gzip)) != "GZ" {
+			t.Fatalf("%q: variants lost (%d)", b, e.LastModified)
+		}
+	}
+	if got, err := decodeRecord([]byte("v1 3 99 1 7 3 a \"e\"\n{\"id\":1}")); err != nil || got.entry(Hit).LastModified != 0 {
+		t.Fatalf("a record of the release before: %v, LastModified %d", err, got.modified)
+	}
+	for _, bad := range []string{
+		"v1 3 99 1 7 3 a \"e\" mx\n{\"id\":1}",             // not a number
+		"v1 3 99 1 7 3 a \"e\" m0\n{\"id\":1}",             // no time
+		"v1 3 99 1 7 3 a \"e\" m5 m6\n{\"id\":1}",          // twice
+		"v1 3 99 1 7 3 a \"e\" z0,2,0 m5 m6\n{\"id\":1}GZ", // twice, after variants
+	} {
+		if _, err := decodeRecord([]byte(bad)); err == nil {
+			t.Errorf("decodeRecord(%q) = nil error; want corrupt", bad)
+		}
+	}
+}

@@ -35,6 +35,9 @@ func jsonBody(c *fiber.Ctx) ([]byte, error) {
 			}
 		}
 	}
+	if inPreflight(c) {
+		return nil, errContinue // Expect: 100-continue, and nothing refused the head
+	}
 	return c.Request().Body(), nil
 }
 

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"net/http"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 
+	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -23,13 +27,27 @@ import (
 var errPreconditionRequired = &problem{status: fiber.StatusPreconditionRequired,
 	detail: "This write must be conditional: send If-Match with the listing's ETag (or If-Unmodified-Since)."}
 
-// preconditionOf reads a write's preconditions: every line of each header,
-// as one list. Tags of a compressed variant stand for the version they
-// encode. A list that is not a list of entity tags is a 400; a date that
-// does not parse is ignored, as RFC 9110 §13.1.4 asks.
+// preconditionOf reads the preconditions of a PUT or DELETE (see
+// parsePrecondition); where writes must be conditional, one without
+// If-Match or If-Unmodified-Since is 428.
 func (s *Server) preconditionOf(c *fiber.Ctx) (upstream.Precondition, error) {
+	p, err := parsePrecondition(&c.Request().Header)
+	if err != nil {
+		return p, err
+	}
+	guarded := p.AnyMatch || len(p.IfMatch) > 0 || p.IfUnmodifiedSince != 0
+	if s.cfg.RequirePrecondition && !guarded {
+		return p, errPreconditionRequired
+	}
+	return p, nil
+}
+
+// parsePrecondition reads a request's preconditions: every line of each
+// header, as one list. Tags of a compressed variant stand for the version
+// they encode. A list that is not a list of entity tags is a 400; a date
+// that does not parse is ignored, as RFC 9110 §13.1.4 asks.
+func parsePrecondition(h *fasthttp.RequestHeader) (upstream.Precondition, error) {
 	var p upstream.Precondition
-	h := &c.Request().Header
 	var err error
 	if p.IfMatch, p.AnyMatch, err = tagList(h.PeekAll(fiber.HeaderIfMatch)); err != nil {
 		return p, badRequest("If-Match must be * or a list of entity tags.")
@@ -37,16 +55,97 @@ func (s *Server) preconditionOf(c *fiber.Ctx) (upstream.Precondition, error) {
 	if p.IfNoneMatch, p.AnyNoneMatch, err = tagList(h.PeekAll(fiber.HeaderIfNoneMatch)); err != nil {
 		return p, badRequest("If-None-Match must be * or a list of entity tags.")
 	}
-	if dates := h.PeekAll(fiber.HeaderIfUnmodifiedSince); len(dates) == 1 {
-		if t, err := http.ParseTime(string(dates[0])); err == nil {
-			p.IfUnmodifiedSince = max(t.Unix(), 1) // 0 means absent; 1970 itself holds for no listing
-		}
-	}
-	guarded := p.AnyMatch || len(p.IfMatch) > 0 || p.IfUnmodifiedSince != 0
-	if s.cfg.RequirePrecondition && !guarded {
-		return p, errPreconditionRequired
+	if t, ok := httpDate(h.PeekAll(fiber.HeaderIfUnmodifiedSince)); ok {
+		p.IfUnmodifiedSince = max(t, 1) // 0 means absent; 1970 itself holds for no listing
 	}
 	return p, nil
+}
+
+// httpDate is the one date of a date field, in unix seconds; false where
+// the field is absent, repeated or not an HTTP date.
+func httpDate(lines [][]byte) (int64, bool) {
+	if len(lines) != 1 {
+		return 0, false
+	}
+	t, err := http.ParseTime(string(lines[0]))
+	return t.Unix(), err == nil
+}
+
+// createPrecondition evaluates a POST's preconditions. The listing it
+// creates has no current representation yet, so If-Match, whatever it
+// names, is false (RFC 9110 §13.1.1) and If-None-Match, even "*", holds;
+// If-Unmodified-Since is ignored, as there is no modification date
+// (§13.1.4). A false one is 412 before the body is read.
+func createPrecondition(c *fiber.Ctx) error {
+	p, err := parsePrecondition(&c.Request().Header)
+	if err != nil {
+		return err
+	}
+	if p.AnyMatch || len(p.IfMatch) > 0 {
+		return upstream.ErrPreconditionFailed
+	}
+	return nil
+}
+
+// conditionalRead reports whether a read carries a conditional field
+// (If-Match, If-None-Match, If-Modified-Since, If-Unmodified-Since, or
+// another If-): the hot hit's only cost of preconditions. A request read
+// off the wire is one scan of its raw header block for a line that starts
+// with "If-", in any case; one made in process (no raw block) is asked
+// field by field. A false positive only costs the full evaluation.
+func conditionalRead(h *fasthttp.RequestHeader) bool {
+	raw := h.RawHeaders()
+	if len(raw) == 0 {
+		for _, name := range conditionalFields {
+			if len(h.PeekCanonical(name)) > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for {
+		if len(raw) >= 3 && raw[0]|0x20 == 'i' && raw[1]|0x20 == 'f' && raw[2] == '-' {
+			return true
+		}
+		i := bytes.IndexByte(raw, '\n')
+		if i < 0 {
+			return false
+		}
+		raw = raw[i+1:]
+	}
+}
+
+// conditionalFields are the fields a read evaluates, in fasthttp's
+// normalized form.
+var conditionalFields = [][]byte{[]byte(fiber.HeaderIfMatch), []byte(fiber.HeaderIfNoneMatch),
+	[]byte(fiber.HeaderIfModifiedSince), []byte(fiber.HeaderIfUnmodifiedSince)}
+
+// readPrecondition evaluates a GET's or HEAD's preconditions against the
+// representation it selected (tag is the coding's), in RFC 9110 §13.2.2's
+// order: If-Match, else If-Unmodified-Since, as for writes (the same
+// evaluation, the same Last-Modified), a false one 412; then If-None-Match
+// (weak comparison with the coding's tag), else If-Modified-Since, a
+// false one 304 (notModified).
+func readPrecondition(h *fasthttp.RequestHeader, e cache.Entry, tag []byte) (notModified bool, err error) {
+	p, err := parsePrecondition(h)
+	if err != nil {
+		return false, err
+	}
+	lastModified, dated := lastModifiedOf(e)
+	guard := upstream.Precondition{IfMatch: p.IfMatch, AnyMatch: p.AnyMatch}
+	if dated {
+		guard.IfUnmodifiedSince = p.IfUnmodifiedSince
+	}
+	if !guard.Holds(e.ETag, lastModified) {
+		return false, upstream.ErrPreconditionFailed
+	}
+	if lines := h.PeekAll(fiber.HeaderIfNoneMatch); len(lines) > 0 {
+		return noneMatch(lines, tag), nil
+	}
+	if since, ok := httpDate(h.PeekAll(fiber.HeaderIfModifiedSince)); ok && dated {
+		return floorDiv(lastModified, 1000) <= since, nil
+	}
+	return false, nil
 }
 
 // checkPrecondition evaluates p against the listing a write resolved: a
@@ -60,7 +159,7 @@ func checkPrecondition(p upstream.Precondition, current upstream.Listing) error 
 	if err != nil {
 		return err
 	}
-	if !p.Holds(e.ETag, current.UpdatedDate) {
+	if !p.Holds(e.ETag, current.Modified) {
 		return upstream.ErrPreconditionFailed
 	}
 	return nil
@@ -82,6 +181,9 @@ func tagList(lines [][]byte) (tags [][]byte, any bool, err error) {
 				rest = rest[1:]
 				continue
 			case rest[0] == '*':
+				if any {
+					return nil, false, errMalformedTag // "*" stands alone
+				}
 				any, rest = true, rest[1:]
 			default:
 				var tag []byte
@@ -123,4 +225,59 @@ func entityTag(b []byte) (tag, rest []byte, err error) {
 		}
 	}
 	return nil, nil, errMalformedTag
+}
+
+// lastModifiedOf is e's Last-Modified as the store recorded it, in unix
+// milliseconds; false where it has none (a record of an earlier release).
+//
+// Dates have whole seconds and revisions do not, so a date validates only
+// because the store gives each revision of a listing a time in a later
+// second than the one before (sqlstore.nextModified): a client that holds
+// an older revision holds an older second, and its If-Modified-Since is
+// before this one's, so it gets the 200. The comparisons use that time,
+// not the Last-Modified sent, which is never later than the answer
+// (lastModifiedHeader).
+func lastModifiedOf(e cache.Entry) (int64, bool) { return e.LastModified, e.LastModified > 0 }
+
+// appendLastModified appends the Last-Modified of a listing answer: the
+// time its version was recorded, but no later than now, the answer's own
+// time (RFC 9110 §8.8.2.1; within a burst of writes the recorded time runs
+// ahead of the clock). A client that is sent the earlier time only
+// revalidates sooner.
+func appendLastModified(b []byte, modifiedMs int64, now time.Time) []byte {
+	return appendHTTPDate(b, min(floorDiv(modifiedMs, 1000), now.Unix()))
+}
+
+// appendHTTPDate appends unix second sec as an IMF-fixdate (RFC 9110
+// §5.6.7), "Sun, 06 Nov 1994 08:49:37 GMT", without time.Format's work.
+func appendHTTPDate(b []byte, sec int64) []byte {
+	t := time.Unix(sec, 0).UTC()
+	year, month, day := t.Date()
+	hour, minute, second := t.Clock()
+	b = append(b, weekdays[t.Weekday()]...)
+	b = append(b, ", "...)
+	b = append2(b, day)
+	b = append(b, ' ')
+	b = append(b, months[month-1]...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(year), 10)
+	b = append(b, ' ')
+	b = append2(append(append2(append(append2(b, hour), ':'), minute), ':'), second)
+	return append(b, " GMT"...)
+}
+
+var (
+	weekdays = [...]string{"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"}
+	months   = [...]string{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"}
+)
+
+// append2 appends n, 0 to 99, as two digits.
+func append2(b []byte, n int) []byte { return append(b, byte('0'+n/10), byte('0'+n%10)) }
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }

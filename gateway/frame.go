@@ -40,7 +40,7 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 		c.Response().Header.SetCanonical([]byte("X-Request-Id"), s.newRequestID(buf[:0]))
 	}
 	var span trace.Span
-	if s.tracer != nil {
+	if s.tracer != nil && !inPreflight(c) {
 		span = s.startSpan(c)
 	}
 	defer func() {
@@ -61,6 +61,9 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 func (s *Server) finish(c *fiber.Ctx, span trace.Span, err error) {
 	if cancel, ok := c.Locals(cancelKey{}).(context.CancelFunc); ok {
 		cancel()
+	}
+	if err == errContinue {
+		return // a preflight that let the request go on: it is served next
 	}
 	if s.obs == nil && s.cfg.AccessLog == "off" && span == nil {
 		return

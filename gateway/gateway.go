@@ -294,9 +294,23 @@ func (s *Server) observer() Observer {
 
 // App returns the Fiber app with every route.
 func (s *Server) App() *fiber.App {
+	app := s.newApp(false)
+	// Expect: 100-continue is answered by the same routes run up to the
+	// body (expect.go).
+	app.Server().ExpectHandler = s.expectContinue(s.newApp(true).Handler())
+	return app
+}
+
+// newApp builds a Fiber app with every route; a preflight one runs each
+// request only up to its body (see expectContinue).
+func (s *Server) newApp(preflight bool) *fiber.App {
+	errorHandler := s.errorHandler
+	if preflight {
+		errorHandler = s.preflightErrors
+	}
 	app := fiber.New(fiber.Config{
 		AppName:               "realty-gateway",
-		ErrorHandler:          s.errorHandler,
+		ErrorHandler:          errorHandler,
 		StrictRouting:         true,
 		CaseSensitive:         true,
 		BodyLimit:             s.cfg.BodyLimit,
@@ -314,7 +328,13 @@ func (s *Server) App() *fiber.App {
 		fctx.SetUserValue(unparsedRequest{}, true)
 		parserErrors(fctx, err)
 	}
+	if preflight {
+		app.Use(markPreflight)
+	}
 	app.Use(s.frame)
+	if preflight {
+		app.Use(s.preflightLength)
+	}
 	auth := s.requireToken()
 	app.Post("/auth/login", s.login)
 	app.Post("/realty", auth, s.create)

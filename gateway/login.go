@@ -80,7 +80,11 @@ func decodeLogin(body []byte) (loginRequest, error) {
 }
 
 func (s *Server) login(c *fiber.Ctx) (err error) {
-	defer func() { s.observer().Login(loginOutcome(err)) }()
+	defer func() {
+		if err != errContinue {
+			s.observer().Login(loginOutcome(err))
+		}
+	}()
 	if len(bytes.TrimSpace(c.Request().Header.UserAgent())) == 0 {
 		return badRequest("A non-empty User-Agent header is required.")
 	}

@@ -198,10 +198,11 @@ func TestOpenAPIRoutes(t *testing.T) {
 var viewStatuses = map[string]string{
 	"200": "the listing (view)",
 	"304": "If-None-Match matched the ETag (view)",
-	"400": "malformed ref (errBadPath)",
+	"400": "malformed ref (errBadPath), or a malformed If-Match or If-None-Match (parsePrecondition)",
 	"401": "missing or invalid token (requireToken)",
 	"404": "no such listing, or another firm's passive one (upstream.ErrNotFound)",
 	"406": "Accept-Encoding refuses every coding (errNotAcceptable)",
+	"412": "If-Match names no tag of the current version, or If-Unmodified-Since is past (readPrecondition)",
 	"431": "request head over HeaderLimit (Fiber's serverErrorHandler)",
 	"503": "store unavailable or deadline passed with nothing cached (upstream.ErrUnavailable)",
 }

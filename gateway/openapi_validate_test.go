@@ -665,6 +665,14 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 			{name: "own passive listing", ex: exchange{path: "/realty/2", auth: owner, want: 200}},
 			{name: "If-None-Match", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-None-Match": etag}, want: 304}},
 			{name: "If-None-Match, weak, by number", ex: exchange{path: "/realty/1-1", auth: owner, header: map[string]string{"If-None-Match": `"x", W/` + etag}, want: 304}},
+			{name: "If-Match the current tag", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Match": etag}, want: 200}},
+			{name: "If-Modified-Since the Last-Modified", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Modified-Since": hit.Header.Get("Last-Modified")}, want: 304}},
+			{name: "If-Unmodified-Since before the Last-Modified", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Unmodified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"}, want: 412}},
+			{name: "If-Match *", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Match": "*"}, want: 200}},
+			{name: "If-Match another tag", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Match": `"zzz"`}, want: 412}},
+			{name: "malformed If-Match", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Match": "zzz"}, want: 400, refused: true}},
+			{name: "malformed If-None-Match", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-None-Match": `"a" "b"`}, want: 400, refused: true}},
+			{name: "If-Match * twice", ex: exchange{path: "/realty/1", auth: owner, header: map[string]string{"If-Match": "*, *"}, want: 400, refused: true}},
 			{name: "no token", ex: exchange{path: "/realty/1", want: 401, refused: true}},
 			{name: "not a bearer token", ex: exchange{path: "/realty/1", auth: "Basic dTpw", want: 401, refused: true}},
 			{name: "garbage token", ex: exchange{path: "/realty/1", auth: "Bearer abc.def.ghi", want: 401}},
@@ -725,6 +733,13 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 			{name: "not a JSON content type", ex: exchange{auth: owner, body: newListing, header: map[string]string{"Content-Type": "text/plain"}, want: 415, refused: true}},
 			{name: "compressed", ex: exchange{auth: owner, body: newListing, header: map[string]string{"Content-Encoding": "gzip"}, want: 415, refused: true}},
 			{name: "no token", ex: exchange{body: newListing, want: 401, refused: true}},
+			{name: "latitude in both places", ex: exchange{auth: owner, body: `{"title":"t","categoryId":1,"location":{"cityId":34,"latitude":41},"latitude":41}`, want: 422, refused: true}},
+			{name: "longitude in both places", ex: exchange{auth: owner, body: `{"title":"t","categoryId":1,"location":{"cityId":34,"longitude":29},"longitude":29}`, want: 422, refused: true}},
+			{name: "nearLocation in both places", ex: exchange{auth: owner, body: `{"title":"t","categoryId":1,"location":{"cityId":34,"nearLocation":true},"nearLocation":false}`, want: 422, refused: true}},
+			{name: "latitude at the top, null in location", ex: exchange{auth: owner, body: `{"title":"t","categoryId":1,"location":{"cityId":34,"latitude":null},"latitude":41}`, want: 201}},
+			{name: "If-Match", ex: exchange{auth: owner, body: newListing, header: map[string]string{"If-Match": `"stale"`}, want: 412}},
+			{name: "If-None-Match *", ex: exchange{auth: owner, body: newListing, header: map[string]string{"If-None-Match": "*"}, want: 201}},
+			{name: "malformed If-Match", ex: exchange{auth: owner, body: newListing, header: map[string]string{"If-Match": "stale"}, want: 400, refused: true}},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				tt.ex.method, tt.ex.path = http.MethodPost, "/realty"
@@ -756,7 +771,8 @@ func TestOpenAPIValidatesLiveGateway(t *testing.T) {
 			{name: "If-Match of an older version", ex: exchange{path: "/realty/1", auth: owner, body: asRead,
 				header: map[string]string{"If-Match": current.Header.Get("ETag")}, want: 412}},
 			{name: "If-None-Match *", ex: exchange{path: "/realty/1", auth: owner, body: asRead, header: map[string]string{"If-None-Match": "*"}, want: 412}},
-			{name: "malformed If-Match", ex: exchange{path: "/realty/1", auth: owner, body: asRead, header: map[string]string{"If-Match": "abc"}, want: 400}},
+			{name: "malformed If-Match", ex: exchange{path: "/realty/1", auth: owner, body: asRead, header: map[string]string{"If-Match": "abc"}, want: 400, refused: true}},
+			{name: "malformed If-None-Match", ex: exchange{path: "/realty/1", auth: owner, body: asRead, header: map[string]string{"If-None-Match": `W/abc`}, want: 400, refused: true}},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				tt.ex.method = http.MethodPut

@@ -76,6 +76,23 @@ func statusOf(err error) (int, string) {
 	}
 }
 
+// statusTitle is a problem's title: the status's reason phrase as RFC
+// 9110 §15 names it. net/http (and Fiber's utils.StatusMessage) still give
+// the phrases of RFC 7231 and earlier for four of them.
+func statusTitle(status int) string {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return "Content Too Large"
+	case http.StatusRequestURITooLong:
+		return "URI Too Long"
+	case http.StatusRequestedRangeNotSatisfiable:
+		return "Range Not Satisfiable"
+	case http.StatusUnprocessableEntity:
+		return "Unprocessable Content"
+	}
+	return http.StatusText(status)
+}
+
 // unparsedRequest marks a request that the HTTP parser refused.
 type unparsedRequest struct{}
 
@@ -106,7 +123,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	}
 	body := problemBody{
 		Type:     "about:blank",
-		Title:    http.StatusText(status),
+		Title:    statusTitle(status),
 		Status:   status,
 		Detail:   detail,
 		Instance: c.Path(),

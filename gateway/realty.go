@@ -73,11 +73,18 @@ func (s *Server) view(c *fiber.Ctx) error {
 	}
 	var tagBuf [64]byte
 	tag := coding.AppendTag(tagBuf[:0], e.ETag, cod)
+	notModified := false
+	if conditionalRead(req) {
+		var err error
+		if notModified, err = readPrecondition(req, e, tag); err != nil {
+			return err // 412 or 400, without the listing's headers
+		}
+	}
 	s.cacheHeaders(c, e, tag, now)
 	h.SetCanonical([]byte("X-Cache"), []byte(e.State.String()))
 	var buf [64]byte
 	h.SetCanonical([]byte("Cache-Status"), appendCacheStatus(buf[:0], e, now))
-	if len(req.Peek(fiber.HeaderIfNoneMatch)) > 0 && noneMatch(req.PeekAll(fiber.HeaderIfNoneMatch), tag) {
+	if notModified {
 		return c.SendStatus(fiber.StatusNotModified)
 	}
 	body, err := s.listings.Variant(e, cod)
@@ -112,6 +119,10 @@ var errNotAcceptable = &problem{status: fiber.StatusNotAcceptable,
 func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry, etag []byte, now time.Time) {
 	h := &c.Response().Header
 	h.SetCanonical([]byte("Etag"), etag)
+	if e.LastModified > 0 {
+		var date [32]byte
+		h.SetCanonical([]byte(fiber.HeaderLastModified), appendLastModified(date[:0], e.LastModified, now))
+	}
 	h.SetCanonical([]byte(fiber.HeaderVary), s.vary(e))
 	stale := e.State == cache.Stale
 	if stale {
@@ -242,6 +253,9 @@ func decodeBody(c *fiber.Ctx) (upstream.Listing, error) {
 }
 
 func (s *Server) create(c *fiber.Ctx) error {
+	if err := createPrecondition(c); err != nil {
+		return err
+	}
 	l, err := decodeBody(c)
 	if err != nil {
 		return err
@@ -329,6 +343,9 @@ func (s *Server) remove(c *fiber.Ctx) error {
 	}
 	if err := checkPrecondition(cond, current); err != nil {
 		return err
+	}
+	if inPreflight(c) {
+		return errContinue // Expect: 100-continue on a DELETE that may go on
 	}
 	ctx := s.requestContext(c)
 	w, err := s.listings.Delete(ctx, current, cond)

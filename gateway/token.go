@@ -405,13 +405,15 @@ func requestTime(c *fiber.Ctx) time.Time {
 	return time.Now() // a handler driven without a server, as in benchmarks
 }
 
-// wellFormedBearer accepts exactly "Bearer <token68>" (RFC 6750 §2.1):
-// one space, no trailing blanks, only token68 characters.
+// wellFormedBearer accepts exactly "Bearer <token68>" (RFC 6750 §2.1),
+// the scheme in any case (RFC 9110 §11.1: "bearer" and "BEARER" name it
+// too): one space, no trailing blanks, only token68 characters.
 func wellFormedBearer(h []byte) bool {
-	tok, ok := bytes.CutPrefix(h, []byte("Bearer "))
-	if !ok || len(tok) == 0 {
+	const scheme = "Bearer "
+	if len(h) <= len(scheme) || !bytes.EqualFold(h[:len(scheme)], []byte(scheme)) {
 		return false
 	}
+	tok := h[len(scheme):]
 	for _, b := range tok {
 		if !token68[b] {
 			return false

@@ -14,9 +14,11 @@ import (
 type Encoded struct {
 	ID, FirmID, No int64
 	Revision       int64
-	Active         bool
-	Body           []byte
-	ETag           []byte
+	// Modified is the revision's Last-Modified (Listing.Modified); 0: none.
+	Modified int64
+	Active   bool
+	Body     []byte
+	ETag     []byte
 }
 
 // Encode returns l's response body and entity tag.
@@ -25,7 +27,7 @@ func Encode(l Listing) (Encoded, error) {
 	if err != nil {
 		return Encoded{}, fmt.Errorf("encode listing %d: %w", l.ID, err)
 	}
-	return Encoded{ID: l.ID, FirmID: l.FirmID, No: l.No, Revision: l.Revision, Active: l.IsActive,
+	return Encoded{ID: l.ID, FirmID: l.FirmID, No: l.No, Revision: l.Revision, Modified: l.Modified, Active: l.IsActive,
 		Body: body, ETag: ETag(body)}, nil
 }
 

@@ -124,6 +124,11 @@ type Listing struct {
 	// Revision is assigned by the store and grows with every write of the
 	// listing. It is not part of the response.
 	Revision int64 `json:"-"`
+	// Modified is when the store recorded this revision, in unix
+	// milliseconds by the database's clock, always in a later second than
+	// the revision before (the listing's Last-Modified); 0 where not known.
+	// It is not part of the response.
+	Modified int64 `json:"-"`
 }
 
 // Location is the address of a listing, including the coordinates.

@@ -49,7 +49,7 @@ func New(addr string, ready Readiness, metrics http.Handler, sections ...Section
 	})
 	return &http.Server{
 		Addr:              addr,
-		Handler:           mux,
+		Handler:           noStore(mux),
 		ReadHeaderTimeout: time.Second,
 		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      5 * time.Second,
@@ -75,4 +75,15 @@ func statsJSON(sections []Section) ([]byte, error) {
 	}
 	b.WriteString("}\n")
 	return b.Bytes(), nil
+}
+
+// noStore marks every admin answer as not to be kept by any cache: the
+// counters, metrics and health it reports are of the moment (RFC 9111
+// §5.2.2.5), and a proxy or browser in between must not answer from an
+// old copy.
+func noStore(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
 }

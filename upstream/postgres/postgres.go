@@ -118,6 +118,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		ImportLookups:   importLookups,
 		ImportWrites:    importWrites,
 		ConstraintError: constraintError,
+		NowMillis:       nowMillis,
 	})
 	return &Store{Store: store, Feed: sqlstore.NewFeed(db, nowMillis), pool: pool}, nil
 }

@@ -79,7 +79,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := sqlstore.Migrate(ctx, db, schema); err != nil {
 		return nil, errors.Join(fmt.Errorf("migrate %s: %w", path, err), sqlDB.Close())
 	}
-	store := sqlstore.New(sqlstore.Engine{DB: db, ConstraintError: constraintError, PositionalImport: true})
+	store := sqlstore.New(sqlstore.Engine{DB: db, ConstraintError: constraintError, PositionalImport: true, NowMillis: nowMillis})
 	return &Store{Store: store, Feed: sqlstore.NewFeed(db, nowMillis), db: sqlDB, path: path}, nil
 }
 

@@ -31,12 +31,23 @@ type preconditionCase struct {
 	holds bool
 }
 
+// currentModified is the Last-Modified, in unix seconds, that a read of
+// listing id answers: the time the store recorded its revision.
+func currentModified(t *testing.T, s upstream.Store, id int64) int64 {
+	t.Helper()
+	e, err := s.EncodedByID(context.Background(), id)
+	if err != nil || e.Modified <= 0 {
+		t.Fatalf("EncodedByID(%d): Modified %d, %v", id, e.Modified, err)
+	}
+	return e.Modified / 1000
+}
+
 // preconditionCases are the forms of RFC 9110 §13.1 that a write
 // evaluates, against a stored listing whose tag is tag and whose
-// updatedDate is writeUpdated.
-func preconditionCases(tag []byte) []preconditionCase {
+// Last-Modified is updatedSec (unix seconds; the time the store recorded
+// its revision, not its updatedDate).
+func preconditionCases(tag []byte, updatedSec int64) []preconditionCase {
 	other := []byte(`"other"`)
-	updatedSec := int64(writeUpdated / 1000)
 	return []preconditionCase{
 		{"none", upstream.Precondition{}, true},
 		{"If-Match current", upstream.Precondition{IfMatch: [][]byte{tag}}, true},
@@ -57,8 +68,8 @@ func preconditionCases(tag []byte) []preconditionCase {
 }
 
 // preconditionNamed is the case of that name, against tag.
-func preconditionNamed(tag []byte, name string) preconditionCase {
-	cases := preconditionCases(tag)
+func preconditionNamed(tag []byte, updatedSec int64, name string) preconditionCase {
+	cases := preconditionCases(tag, updatedSec)
 	return cases[slices.IndexFunc(cases, func(c preconditionCase) bool { return c.name == name })]
 }
 
@@ -68,11 +79,11 @@ func preconditionNamed(tag []byte, name string) preconditionCase {
 func testConditionalUpdate(t *testing.T, open func(t *testing.T) upstream.Store) {
 	s := open(t)
 	f := seed(t, s)
-	for _, tt := range preconditionCases(nil) { // names only: each case seeds its own listing
+	for _, tt := range preconditionCases(nil, 0) { // names only: each case seeds its own listing
 		t.Run(tt.name, func(t *testing.T) {
 			stored := seedWrite(t, s, f, 0)
 			tag := currentTag(t, s, stored.ID)
-			tc := preconditionNamed(tag, tt.name)
+			tc := preconditionNamed(tag, currentModified(t, s, stored.ID), tt.name)
 			next := f.listing(stored.ID, 0)
 			next.Title = "Conditional"
 			got, err := s.UpdateListing(context.Background(), next, tc.cond)
@@ -101,10 +112,10 @@ func testConditionalUpdate(t *testing.T, open func(t *testing.T) upstream.Store)
 func testConditionalDelete(t *testing.T, open func(t *testing.T) upstream.Store) {
 	s := open(t)
 	f := seed(t, s)
-	for _, tt := range preconditionCases(nil) {
+	for _, tt := range preconditionCases(nil, 0) {
 		t.Run(tt.name, func(t *testing.T) {
 			stored := seedWrite(t, s, f, 0)
-			tc := preconditionNamed(currentTag(t, s, stored.ID), tt.name)
+			tc := preconditionNamed(currentTag(t, s, stored.ID), currentModified(t, s, stored.ID), tt.name)
 			got, err := s.DeleteListing(context.Background(), stored.FirmID, stored.ID, tc.cond)
 			if !tc.holds {
 				if !errors.Is(err, upstream.ErrPreconditionFailed) {

@@ -195,7 +195,7 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 	}
 	in, args := inList(ids, 0)
 	rows, err := s.db.Query(ctx, `SELECT id, firm_id, no, firm_user_id, is_active, revision, deleted, document,
-		CASE WHEN body_revision = revision THEN body END, `+currentTag+`
+		CASE WHEN body_revision = revision THEN body END, `+currentTag+`, `+currentModified+`
 		FROM listings WHERE id IN (`+in+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("changed listings: %w", err)
@@ -208,8 +208,9 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 			c         columns
 			doc, body []byte
 			etag      *string
+			modified  *int64
 		)
-		if err := rows.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &st.Deleted, &doc, &body, &etag); err != nil {
+		if err := rows.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &st.Deleted, &doc, &body, &etag, &modified); err != nil {
 			return nil, fmt.Errorf("changed listings: %w", err)
 		}
 		if !st.Deleted {
@@ -217,7 +218,8 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 		}
 		if err == nil && !st.Deleted {
 			if body := keptBody(body, doc, etag); body != nil {
-				st.Encoded = upstream.Encoded{ID: c.id, FirmID: c.firmID, No: c.no, Revision: c.revision, Active: c.active, Body: body, ETag: []byte(*etag)}
+				st.Encoded = upstream.Encoded{ID: c.id, FirmID: c.firmID, No: c.no, Revision: c.revision, Active: c.active, Body: body, ETag: []byte(*etag),
+					Modified: deref(modified)}
 			} else if st.Encoded, err = upstream.Encode(st.Listing); err == nil {
 				encoded = append(encoded, st.Encoded)
 			}
@@ -236,9 +238,15 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 	}
 	rows.Close()
 	for _, e := range encoded { // the next miss of each serves these
-		if err := s.db.Exec(ctx, storeBody, e.Body, string(e.ETag), e.Revision, e.ID); err != nil {
+		// 0 where the row changed again: its own change comes next, and
+		// this version goes without a Last-Modified.
+		modified, err := keepBody(ctx, s.db, storeBodyQuery(s.now), e)
+		if err != nil {
 			return nil, fmt.Errorf("keep listing body: %w", err)
 		}
+		st := out[e.ID]
+		st.Encoded.Modified = modified
+		out[e.ID] = st
 	}
 	for _, id := range ids {
 		if _, ok := out[id]; !ok {
@@ -385,6 +393,8 @@ func inList(vals []int64, k int) (string, []any) {
 type columns struct {
 	id, firmID, no, firmUserID, revision int64
 	active                               bool
+	// modified is the row's modified_at, where read.
+	modified int64
 }
 
 // listing decodes doc and lays the columns over it.
@@ -394,6 +404,7 @@ func (c columns) listing(doc []byte) (upstream.Listing, error) {
 		return upstream.Listing{}, fmt.Errorf("decode document: %w", err)
 	}
 	l.ID, l.FirmID, l.No, l.FirmUserID, l.IsActive, l.Revision = c.id, c.firmID, c.no, c.firmUserID, c.active, c.revision
+	l.Modified = c.modified
 	l.Normalize()
 	return l, nil
 }

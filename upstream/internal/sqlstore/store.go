@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"math/bits"
 	"strings"
 	"time"
@@ -45,6 +46,9 @@ type Engine struct {
 	// parameters: SQLite binds "$n" by looking each name up in a list, so a
 	// statement's binding grows with the square of its parameters.
 	PositionalImport bool
+	// NowMillis is the engine's SQL expression of the database's clock in
+	// milliseconds since 1970.
+	NowMillis string
 	// ConstraintError returns the domain error of a constraint violation,
 	// upstream.ErrConflict for a unique key and upstream.ErrInvalid for a
 	// foreign key, and nil for any other error.
@@ -58,6 +62,8 @@ type Store struct {
 	// selectForUpdate reads, and locks, the listing that a write replaces,
 	// with its entity tag where the stored one is current.
 	selectForUpdate string
+	// storeBody keeps a response body made by a read (see storeBodyQuery).
+	storeBody string
 	// byID and byNumber merge concurrent reads of responses into shared
 	// queries.
 	byID     *batcher[int64]
@@ -88,7 +94,7 @@ func New(e Engine) *Store {
 	if e.RowLock != "" {
 		query += " " + e.RowLock
 	}
-	s := &Store{e: e, selectForUpdate: query}
+	s := &Store{e: e, selectForUpdate: query, storeBody: storeBodyQuery(e.NowMillis)}
 	for i := range batchSizes {
 		s.idsQuery[i] = `SELECT ` + encodedColumns + ` FROM listings WHERE id IN (` + placeholders(1<<i, 1) + `) AND NOT deleted`
 		s.numbersQuery[i] = `SELECT ` + encodedColumns + ` FROM listings WHERE (firm_id, no) IN (` + placeholders(1<<i, 2) + `) AND NOT deleted`
@@ -139,7 +145,13 @@ func (s *Store) EncodedByNumber(ctx context.Context, firmID, no int64) (upstream
 const encodedColumns = `id, firm_id, no, firm_user_id, is_active, revision,
 	CASE WHEN body_revision = revision THEN body END,
 	` + currentTag + `,
-	CASE WHEN body_revision = revision THEN NULL ELSE document END`
+	CASE WHEN body_revision = revision THEN NULL ELSE document END,
+	` + currentModified
+
+// currentModified selects the row's modified_at where its response was
+// made from this revision, as currentTag does its tag: a revision that
+// another writer made since has no time yet, until a read makes its body.
+const currentModified = `CASE WHEN body_revision = revision OR document_body_revision = revision THEN modified_at END`
 
 // currentTag selects the tag of the row's response where it was made from
 // this revision: with body (step 6), or for the document itself (step 9).
@@ -257,11 +269,12 @@ type encodedRow struct {
 	c         columns
 	body, doc []byte
 	etag      *string
+	modified  *int64
 }
 
 func scanEncoded(row Row) (encodedRow, error) {
 	var r encodedRow
-	err := row.Scan(&r.c.id, &r.c.firmID, &r.c.no, &r.c.firmUserID, &r.c.active, &r.c.revision, &r.body, &r.etag, &r.doc)
+	err := row.Scan(&r.c.id, &r.c.firmID, &r.c.no, &r.c.firmUserID, &r.c.active, &r.c.revision, &r.body, &r.etag, &r.doc, &r.modified)
 	return r, err
 }
 
@@ -273,7 +286,7 @@ func scanEncoded(row Row) (encodedRow, error) {
 func (s *Store) encode(ctx context.Context, r encodedRow) (upstream.Encoded, error) {
 	if body := keptBody(r.body, r.doc, r.etag); body != nil {
 		return upstream.Encoded{ID: r.c.id, FirmID: r.c.firmID, No: r.c.no, Revision: r.c.revision, Active: r.c.active,
-			Body: body, ETag: []byte(*r.etag)}, nil
+			Body: body, ETag: []byte(*r.etag), Modified: deref(r.modified)}, nil
 	}
 	l, err := r.c.listing(r.doc)
 	if err != nil {
@@ -283,9 +296,29 @@ func (s *Store) encode(ctx context.Context, r encodedRow) (upstream.Encoded, err
 	if err != nil {
 		return upstream.Encoded{}, err
 	}
-	// Best effort: a failure costs the next read the same work.
-	_ = s.e.DB.Exec(ctx, storeBody, e.Body, string(e.ETag), e.Revision, e.ID)
+	// Best effort: a failure costs the next read the same work, and this
+	// answer its Last-Modified.
+	e.Modified, _ = keepBody(ctx, s.e.DB, s.storeBody, e)
 	return e, nil
+}
+
+// keepBody stores e's body with its row, under the revision it was made
+// from, and returns the time it gives that revision (see nextModified);
+// 0 where the row changed since.
+func keepBody(ctx context.Context, db RowQuerier, storeBody string, e upstream.Encoded) (int64, error) {
+	var modified int64
+	err := db.QueryRow(ctx, storeBody, e.Body, string(e.ETag), e.Revision, e.ID).Scan(&modified)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return modified, err
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 // keptBody returns the response body kept for the row's revision, as
@@ -302,9 +335,27 @@ func keptBody(body, doc []byte, tag *string) []byte {
 	}
 }
 
-// storeBody keeps a listing's response body with it, made from revision
-// $3, unless the row has changed since.
-const storeBody = `UPDATE listings SET body = $1, etag = $2, body_revision = $3 WHERE id = $4 AND revision = $3`
+// storeBodyQuery keeps a listing's response body with it, made from
+// revision $3, unless the row has changed since, and records that
+// revision's time, which it returns.
+func storeBodyQuery(now string) string {
+	return `UPDATE listings SET body = $1, etag = $2, body_revision = $3, modified_at = ` + nextModified(now) + `
+		WHERE id = $4 AND revision = $3 RETURNING modified_at`
+}
+
+// nextModified is the SQL of a new revision's modified_at, its
+// Last-Modified: now (the database's clock, so that every gateway and
+// writer reads one clock), but at least the second after the row's
+// previous one. Dates in HTTP have whole seconds; so no two revisions of
+// a listing share one, and a client that holds an older revision never
+// sends an If-Modified-Since that the current one is not modified since.
+// Within a burst of writes the time runs ahead of the clock by up to a
+// second a write; the gateway sends no Last-Modified later than the
+// answer's own time (RFC 9110 §8.8.2.1).
+func nextModified(now string) string {
+	next := `((modified_at / 1000 + 1) * 1000)`
+	return `(CASE WHEN ` + now + ` > ` + next + ` THEN ` + now + ` ELSE ` + next + ` END)`
+}
 
 // encodeStored returns the body that a read of l, stored with doc as its
 // document, answers.
@@ -319,7 +370,7 @@ func encodeStored(l upstream.Listing, doc []byte) (upstream.Encoded, error) {
 
 // listingColumns are what a read of a listing selects: the columns that
 // are searched and checked, and the document with the rest.
-const listingColumns = `id, firm_id, no, firm_user_id, is_active, revision, document`
+const listingColumns = `id, firm_id, no, firm_user_id, is_active, revision, document, modified_at`
 
 // scanListing reads a row of listingColumns. The columns win over the
 // document: a writer other than the gateway may change one (an operator's
@@ -331,7 +382,7 @@ func scanListing(row Row) (upstream.Listing, error) {
 		c   columns
 		doc []byte
 	)
-	if err := row.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &doc); err != nil {
+	if err := row.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &doc, &c.modified); err != nil {
 		return upstream.Listing{}, notFound(err)
 	}
 	return c.listing(doc)
@@ -361,9 +412,10 @@ func (s *Store) UpdateListing(ctx context.Context, l upstream.Listing, cond upst
 		if err != nil {
 			return err
 		}
-		return tx.Exec(ctx, `UPDATE listings SET is_active = $1, revision = $2, document = $3,
-			body = $4, etag = $5, body_revision = $2 WHERE id = $6`,
-			next.IsActive, next.Revision, string(doc), e.Body, string(e.ETag), next.ID)
+		return tx.QueryRow(ctx, `UPDATE listings SET is_active = $1, revision = $2, document = $3,
+			body = $4, etag = $5, body_revision = $2, modified_at = `+nextModified(s.e.NowMillis)+` WHERE id = $6
+			RETURNING modified_at`,
+			next.IsActive, next.Revision, string(doc), e.Body, string(e.ETag), next.ID).Scan(&next.Modified)
 	})
 	if err != nil {
 		return upstream.Listing{}, fmt.Errorf("update listing %d of firm %d: %w", l.ID, l.FirmID, err)
@@ -407,7 +459,7 @@ func (s *Store) lockListing(ctx context.Context, tx Querier, firmID, id int64, c
 		tag *string
 	)
 	err := tx.QueryRow(ctx, s.selectForUpdate, id, firmID).
-		Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &doc, &tag)
+		Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &doc, &c.modified, &tag)
 	if err != nil {
 		return upstream.Listing{}, notFound(err)
 	}
@@ -416,6 +468,7 @@ func (s *Store) lockListing(ctx context.Context, tx Querier, firmID, id int64, c
 		return stored, err
 	}
 	var etag []byte
+	modified := stored.Modified
 	if tag != nil {
 		etag = []byte(*tag)
 	} else { // written by another writer since its body was made
@@ -423,9 +476,11 @@ func (s *Store) lockListing(ctx context.Context, tx Querier, firmID, id int64, c
 		if err != nil {
 			return upstream.Listing{}, err
 		}
-		etag = e.ETag
+		// and since its last recorded time: its own comes later than any
+		// date a client holds.
+		etag, modified = e.ETag, math.MaxInt64
 	}
-	if !cond.Holds(etag, stored.UpdatedDate) {
+	if !cond.Holds(etag, modified) {
 		return upstream.Listing{}, upstream.ErrPreconditionFailed
 	}
 	return stored, nil
@@ -629,7 +684,35 @@ func (s *Store) ImportListings(ctx context.Context, ls []upstream.Listing) ([]up
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return out, s.readModified(ctx, out)
+}
+
+// readModified gives a few stored listings the time their insert recorded
+// (the column's default, or SQLite's trigger), so that the writer's own
+// cache entry of a create carries its Last-Modified. A bulk import leaves
+// it to the reads.
+func (s *Store) readModified(ctx context.Context, ls []upstream.Listing) error {
+	if len(ls) > maxBatch {
+		return nil
+	}
+	ids := make([]any, len(ls))
+	at := make(map[int64]int, len(ls))
+	for i, l := range ls {
+		ids[i], at[l.ID] = l.ID, i
+	}
+	rows, err := s.e.DB.Query(ctx, `SELECT id, modified_at FROM listings WHERE id IN (`+placeholders(len(ls), 1)+`)`, ids...)
+	if err != nil {
+		return fmt.Errorf("read modified_at: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, modified int64
+		if err := rows.Scan(&id, &modified); err != nil {
+			return fmt.Errorf("read modified_at: %w", err)
+		}
+		ls[at[id]].Modified = modified
+	}
+	return rows.Err()
 }
 
 // ImportStream runs in one transaction, so that a rejected entry leaves
