@@ -186,6 +186,23 @@ func (s *Session) Unpurged(ctx context.Context, after time.Duration, limit int) 
 	return cs, nil
 }
 
+// keepBodies keeps the bodies Listings made, which the next miss of each
+// serves, and gives each state the time that records for its revision: 0
+// where the row changed again (its own change comes next, and this version
+// goes without a Last-Modified).
+func (s *Session) keepBodies(ctx context.Context, encoded []upstream.Encoded, out map[int64]upstream.ListingState) error {
+	for _, e := range encoded {
+		modified, err := keepBody(ctx, s.db, storeBodyQuery(s.now), e)
+		if err != nil {
+			return fmt.Errorf("keep listing body: %w", err)
+		}
+		st := out[e.ID]
+		st.Encoded.Modified = modified
+		out[e.ID] = st
+	}
+	return nil
+}
+
 // Listings reads the rows of ids: the listing as a read returns it, or a
 // tombstone; an id without a row is Gone.
 func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream.ListingState, error) {
@@ -237,16 +254,8 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 		return nil, fmt.Errorf("changed listings: %w", err)
 	}
 	rows.Close()
-	for _, e := range encoded { // the next miss of each serves these
-		// 0 where the row changed again: its own change comes next, and
-		// this version goes without a Last-Modified.
-		modified, err := keepBody(ctx, s.db, storeBodyQuery(s.now), e)
-		if err != nil {
-			return nil, fmt.Errorf("keep listing body: %w", err)
-		}
-		st := out[e.ID]
-		st.Encoded.Modified = modified
-		out[e.ID] = st
+	if err := s.keepBodies(ctx, encoded, out); err != nil {
+		return nil, err
 	}
 	for _, id := range ids {
 		if _, ok := out[id]; !ok {
