@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"github.com/realty-gateway/gateway/signing"
-
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/realty-gateway/gateway/internal/settings"
 	"github.com/realty-gateway/gateway/ratelimit"
+	"github.com/realty-gateway/gateway/signing"
 )
 
 // Config is the gateway's part of the configuration: the HTTP front door,

@@ -8,7 +8,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/realty-gateway/gateway/coding"
-	"github.com/realty-gateway/gateway/signing"
 )
 
 // The issuer's public documents: anyone may read them, with no token.
@@ -19,11 +18,12 @@ const (
 	jwkSetMediaType = "application/jwk-set+json"
 )
 
-// publishedKeys are the JWKS of one key set, in each coding: made on the
-// first request after the key set changed.
+// publishedKeys are the JWKS in each coding, made on the first request
+// after the published keys changed (a poll that read the same keys
+// changes nothing here).
 type publishedKeys struct {
-	set *signing.KeySet
-	doc documentVariants
+	etag string // the key set's
+	doc  documentVariants
 }
 
 // publishKeys serves the JWKS of the asymmetric keys in force (RFC 7517,
@@ -31,15 +31,14 @@ type publishedKeys struct {
 // http.jwt.jwksMaxAge, which is why a new key is published that long
 // before it signs.
 func (s *Server) publishKeys(c *fiber.Ctx) error {
-	set := s.tokenKeys.Current()
+	body, etag := s.tokenKeys.Current().JWKS()
 	p := s.jwks.Load()
-	if p == nil || p.set != set {
-		body, _ := set.JWKS()
+	if p == nil || p.etag != etag {
 		doc, err := newDocumentVariants(s.docs.compressor, body)
 		if err != nil {
 			return fmt.Errorf("jwks: %w", err)
 		}
-		p = &publishedKeys{set: set, doc: doc}
+		p = &publishedKeys{etag: etag, doc: doc}
 		s.jwks.Store(p)
 	}
 	return serveDocument(c, &p.doc, jwkSetMediaType, s.jwksCacheControl)

@@ -154,16 +154,14 @@ func ReadKeyDir(dir string) (map[string]LocalKey, error) {
 
 // Start makes the first KeySet: it generates a key where an asymmetric
 // algorithm signs and this gateway holds none, publishes every local key,
-// makes one the signer where the fleet has none, and reads the set.
+// makes one the signer where the fleet has none, and reads the set. It
+// fails where no key of this gateway may sign.
 func (r *Keyring) Start(ctx context.Context) error {
 	now := time.Now()
-	if r.cfg.Algorithm != AlgHS256 && len(r.local) == 0 && r.cfg.KeyFiles == "" {
-		k, err := GenerateKeyFile(r.cfg.KeyDir, r.cfg.Algorithm)
-		if err != nil {
-			return fmt.Errorf("signing: %w", err)
+	if r.asymmetric() && len(r.local) == 0 && r.cfg.KeyFiles == "" {
+		if _, err := r.generate(ctx); err != nil {
+			return err
 		}
-		r.deps.Log.Info("generated a token signing key", "kid", k.ID, "alg", k.Alg, "file", k.File)
-		r.local = map[string]LocalKey{k.ID: k}
 	}
 	for _, id := range slices.Sorted(maps.Keys(r.local)) {
 		if _, err := r.deps.Store.AddSigningKey(ctx, r.local[id].published(), now); err != nil {
@@ -174,13 +172,39 @@ func (r *Keyring) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("signing: %w", err)
 	}
-	if _, ok := upstream.ActiveSigningKey(stored); !ok && r.cfg.Algorithm != AlgHS256 {
+	if _, ok := upstream.ActiveSigningKey(stored); !ok && r.asymmetric() {
 		if err := r.activateFirst(ctx, now); err != nil {
 			return err
 		}
 	}
 	r.secret = r.deploymentSecret()
-	return r.Refresh(ctx)
+	if err := r.Refresh(ctx); err != nil {
+		return err
+	}
+	if kid, _ := r.Current().Signer(); kid == "" {
+		return errors.New("signing: no published key of this gateway can sign: none is held, or all are retired")
+	}
+	return nil
+}
+
+func (r *Keyring) asymmetric() bool { return r.cfg.Algorithm != AlgHS256 }
+
+// generate makes a key in KeyDir and publishes it: a key never signs
+// before it is published.
+func (r *Keyring) generate(ctx context.Context) (LocalKey, error) {
+	k, err := GenerateKeyFile(r.cfg.KeyDir, r.cfg.Algorithm)
+	if err != nil {
+		return LocalKey{}, fmt.Errorf("signing: %w", err)
+	}
+	if _, err := r.deps.Store.AddSigningKey(ctx, k.published(), time.Now()); err != nil {
+		return LocalKey{}, fmt.Errorf("signing: publish key %s of %s: %w", k.ID, k.File, err)
+	}
+	r.deps.Log.Info("generated a token signing key", "kid", k.ID, "alg", k.Alg, "file", k.File)
+	if r.local == nil {
+		r.local = map[string]LocalKey{}
+	}
+	r.local[k.ID] = k
+	return k, nil
 }
 
 // activateFirst makes the first local key the fleet's signer. Two gateways
@@ -198,13 +222,12 @@ func (r *Keyring) activateFirst(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// Refresh reads the key set from the store and, where it builds, makes it
-// current. A set that does not build keeps the one in force.
+// Refresh reads the key set from the store and makes it current; a set
+// that does not build keeps the one in force. Where none of this
+// gateway's keys may sign any more (its keys were retired), it generates
+// and publishes a new one in KeyDir; with KeyFiles, logins fail until a
+// key file that may sign is given.
 func (r *Keyring) Refresh(ctx context.Context) error {
-	stored, err := r.deps.Store.SigningKeys(ctx)
-	if err != nil {
-		return fmt.Errorf("signing: %w", err)
-	}
 	if r.cfg.KeyFiles == "" {
 		if local, err := ReadKeyDir(r.cfg.KeyDir); err == nil {
 			r.local = local // only Start and Run's goroutine write it, one after the other
@@ -212,32 +235,73 @@ func (r *Keyring) Refresh(ctx context.Context) error {
 			r.deps.Log.Error("token key directory unreadable; keeping the keys read before", "err", err)
 		}
 	}
-	set, err := buildKeySet(r.cfg.Algorithm, r.deps.HMAC, stored, r.local, time.Now())
+	set, err := r.build(ctx)
 	if err != nil {
-		return fmt.Errorf("signing: %w", err)
+		return err
 	}
-	old := r.current.Swap(set)
-	if set.fallback != "" && (old == nil || old.fallback != set.fallback || old.signer.id != set.signer.id) {
-		r.deps.Log.Warn("this gateway does not hold the fleet's signing key; signing with one of its own published keys",
-			"fleet_kid", set.fallback, "kid", set.signer.id)
+	if kid, _ := set.Signer(); kid == "" && r.asymmetric() && r.cfg.KeyFiles == "" {
+		if _, err := r.generate(ctx); err != nil {
+			return err
+		}
+		if set, err = r.build(ctx); err != nil {
+			return err
+		}
 	}
-	if old != nil && old.signer.id != set.signer.id {
-		r.deps.Log.Info("token signing key changed", "kid", set.signer.id)
-	}
+	r.swap(set)
 	return nil
 }
 
-// Run refreshes the key set every Poll until ctx ends.
+// build reads the store's key set and builds a KeySet of it.
+func (r *Keyring) build(ctx context.Context) (*KeySet, error) {
+	stored, err := r.deps.Store.SigningKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("signing: %w", err)
+	}
+	set, skipped, err := buildKeySet(r.cfg.Algorithm, r.deps.HMAC, stored, r.local, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("signing: %w", err)
+	}
+	for _, err := range skipped {
+		r.deps.Log.Error("a stored token key cannot verify; left out of the key set", "err", err)
+	}
+	return set, nil
+}
+
+// swap makes set current and says what changed.
+func (r *Keyring) swap(set *KeySet) {
+	old := r.current.Swap(set)
+	kid, _ := set.Signer()
+	switch {
+	case kid == "" && (old == nil || old.signer.id != ""):
+		r.deps.Log.Error("no key of this gateway may sign: logins fail until a key file that may sign is given")
+	case kid == "":
+	case set.fallback != "" && (old == nil || old.fallback != set.fallback || old.signer.id != kid):
+		r.deps.Log.Warn("this gateway does not hold the fleet's signing key; signing with one of its own published keys",
+			"fleet_kid", set.fallback, "kid", kid)
+	case old != nil && old.signer.id != kid:
+		r.deps.Log.Info("token signing key changed", "kid", kid)
+	}
+}
+
+// Run refreshes the key set every Poll until ctx ends. A failing refresh
+// is logged when it starts failing and when it recovers.
 func (r *Keyring) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Poll)
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
+			err := r.Refresh(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil && !failing:
 				r.deps.Log.Error("token keys not refreshed; keeping the set in force", "err", err)
+				failing = true
+			case err == nil && failing:
+				r.deps.Log.Info("token keys refreshed again")
+				failing = false
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package signing
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -42,6 +43,9 @@ type KeySet struct {
 type verifier struct {
 	method jwt.SigningMethod
 	key    any // []byte, ed25519.PublicKey or *ecdsa.PublicKey
+	// until is when a retired key stops verifying, checked at each use so
+	// that it holds while the store cannot be read; zero: no end.
+	until time.Time
 }
 
 type signer struct {
@@ -50,11 +54,13 @@ type signer struct {
 	key    any // []byte, ed25519.PrivateKey or *ecdsa.PrivateKey
 }
 
-// Errors of Keyfunc; their text is logged, never sent.
+// Errors of Keyfunc and Sign; never sent to a client.
 var (
 	errNoKid      = errors.New("token names no kid")
 	errUnknownKid = errors.New("token names an unknown kid")
 	errWrongAlg   = errors.New("token's alg is not the one its key pins")
+	errRetired    = errors.New("token's key was retired, and its last token has expired")
+	errNoSigner   = errors.New("no key of this gateway can sign")
 )
 
 // Keyfunc gives golang-jwt the key that the token's kid names, only when
@@ -74,18 +80,30 @@ func (s *KeySet) Keyfunc(t *jwt.Token) (any, error) {
 	if t.Method == nil || t.Method.Alg() != v.method.Alg() {
 		return nil, errWrongAlg
 	}
+	if !v.until.IsZero() && !time.Now().Before(v.until) {
+		return nil, errRetired
+	}
 	return v.key, nil
 }
 
-// Sign signs claims with the signing key, naming it in kid.
+// Sign signs claims with the signing key, naming it in kid. It fails
+// where this gateway holds no key that may sign.
 func (s *KeySet) Sign(claims jwt.Claims) (string, error) {
+	if s.signer.method == nil {
+		return "", errNoSigner
+	}
 	t := jwt.NewWithClaims(s.signer.method, claims)
 	t.Header["kid"] = s.signer.id
 	return t.SignedString(s.signer.key)
 }
 
-// Signer names the key that signs and its algorithm.
-func (s *KeySet) Signer() (kid, alg string) { return s.signer.id, s.signer.method.Alg() }
+// Signer names the key that signs and its algorithm; "" where none may.
+func (s *KeySet) Signer() (kid, alg string) {
+	if s.signer.method == nil {
+		return "", ""
+	}
+	return s.signer.id, s.signer.method.Alg()
+}
 
 // JWKS is the JSON Web Key Set of the asymmetric keys in force, and its
 // strong entity tag.
@@ -93,12 +111,16 @@ func (s *KeySet) JWKS() (body []byte, etag string) { return s.jwks, s.etag }
 
 // buildKeySet makes the snapshot: the HS256 keys and the store's keys in
 // force at now verify; the signer is the first HS256 key under HS256, else
-// the store's signer where held locally (see chooseSigner).
-func buildKeySet(alg string, hmacs []HMACKey, stored []upstream.SigningKey, local map[string]LocalKey, now time.Time) (*KeySet, error) {
-	s := &KeySet{verifiers: make(map[string]verifier, len(hmacs)+len(stored))}
+// the store's signer where held locally (see chooseSigner). A stored key
+// that cannot verify (unreadable, of the wrong type, or under an HS256
+// key's kid) is left out and returned in skipped, so that one bad row
+// stops no gateway. Without a key that may sign, the set verifies and
+// Sign fails.
+func buildKeySet(alg string, hmacs []HMACKey, stored []upstream.SigningKey, local map[string]LocalKey, now time.Time) (s *KeySet, skipped []error, err error) {
+	s = &KeySet{verifiers: make(map[string]verifier, len(hmacs)+len(stored))}
 	for _, h := range hmacs {
 		if _, dup := s.verifiers[h.ID]; dup {
-			return nil, fmt.Errorf("two keys have kid %q", h.ID)
+			return nil, nil, fmt.Errorf("two keys have kid %q", h.ID)
 		}
 		s.verifiers[h.ID] = verifier{method: jwt.SigningMethodHS256, key: h.Secret}
 	}
@@ -109,45 +131,51 @@ func buildKeySet(alg string, hmacs []HMACKey, stored []upstream.SigningKey, loca
 			continue
 		}
 		v, jwk, err := storedVerifier(k)
-		if err != nil {
-			return nil, err
+		if _, dup := s.verifiers[k.ID]; dup && err == nil {
+			err = fmt.Errorf("stored key %q: an HS256 key has its kid", k.ID)
 		}
-		if _, dup := s.verifiers[k.ID]; dup {
-			return nil, fmt.Errorf("two keys have kid %q", k.ID)
+		if err != nil {
+			skipped = append(skipped, err)
+			continue
 		}
 		s.verifiers[k.ID] = v
 		set.Keys = append(set.Keys, jwk)
 		inForce = append(inForce, k)
 	}
-	var err error
 	if s.jwks, err = json.Marshal(set); err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("jwks: %w", err)
 	}
 	sum := sha256.Sum256(s.jwks)
 	s.etag = `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`
 	if alg == AlgHS256 {
 		if len(hmacs) == 0 {
-			return nil, errors.New("HS256 signs, but no secret is configured")
+			return nil, nil, errors.New("HS256 signs, but no secret is configured")
 		}
 		s.signer = signer{id: hmacs[0].ID, method: jwt.SigningMethodHS256, key: hmacs[0].Secret}
-		return s, nil
+		return s, skipped, nil
 	}
-	return s, s.chooseSigner(inForce, local)
+	s.chooseSigner(inForce, local)
+	return s, skipped, nil
 }
 
 // chooseSigner takes the fleet's signer where this gateway holds it. Where
 // it does not (its file has not reached this gateway yet), the gateway
 // signs with the local key made signer last, else the one added last:
 // every local key is published at start, so its tokens verify everywhere.
-func (s *KeySet) chooseSigner(inForce []upstream.SigningKey, local map[string]LocalKey) error {
+// A local key counts only where it is the stored key itself.
+func (s *KeySet) chooseSigner(inForce []upstream.SigningKey, local map[string]LocalKey) {
+	held := func(k upstream.SigningKey) bool {
+		l, ok := local[k.ID]
+		return ok && l.Alg == k.Alg && bytes.Equal(l.Public, k.PublicKey) && !k.Retired()
+	}
 	active, ok := upstream.ActiveSigningKey(inForce)
-	if l, held := local[active.ID]; ok && held {
-		s.signer = localSigner(l)
-		return nil
+	if ok && held(active) {
+		s.signer = localSigner(local[active.ID])
+		return
 	}
 	var best upstream.SigningKey
 	for _, k := range inForce {
-		if _, held := local[k.ID]; !held || k.Retired() {
+		if !held(k) {
 			continue
 		}
 		if best.ID == "" || k.SignsFrom.After(best.SignsFrom) || (k.SignsFrom.Equal(best.SignsFrom) && k.AddedAt.After(best.AddedAt)) {
@@ -155,13 +183,12 @@ func (s *KeySet) chooseSigner(inForce []upstream.SigningKey, local map[string]Lo
 		}
 	}
 	if best.ID == "" {
-		return errors.New("no published key of this gateway can sign: none is held, or all are retired")
+		return
 	}
 	s.signer = localSigner(local[best.ID])
 	if ok {
 		s.fallback = active.ID
 	}
-	return nil
 }
 
 func localSigner(l LocalKey) signer {
@@ -199,10 +226,12 @@ func storedVerifier(k upstream.SigningKey) (verifier, JWK, error) {
 		return verifier{}, JWK{}, err
 	}
 	jwk.Kid, jwk.Alg, jwk.Use = k.ID, k.Alg, "sig"
+	v.until = k.VerifiesUntil
 	return v, jwk, nil
 }
 
 // NewStatic builds a KeySet of HS256 keys alone: the first signs.
 func NewStatic(keys []HMACKey) (*KeySet, error) {
-	return buildKeySet(AlgHS256, keys, nil, nil, time.Time{})
+	s, _, err := buildKeySet(AlgHS256, keys, nil, nil, time.Time{})
+	return s, err
 }

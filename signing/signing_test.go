@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"database/sql"
 	"encoding/json"
 	"encoding/pem"
 	"log/slog"
@@ -164,36 +165,75 @@ func TestBadConfigurationIsAStartError(t *testing.T) {
 	}
 }
 
+// TestNoSigningKey: HS256 without a secret starts nothing. A gateway whose
+// keys were all retired (its fallback key, say) gets a new key in its key
+// directory, published before it signs, at start and at a refresh; with
+// key files it cannot start, and a running one stops issuing.
 func TestNoSigningKey(t *testing.T) {
-	// HS256 with no secret, and EdDSA whose only key is retired: nothing
-	// starts.
+	ctx := context.Background()
 	s := openStore(t)
 	r, err := signing.New(signing.Config{Algorithm: "HS256", KeyDir: t.TempDir(), Poll: time.Second},
 		signing.Deps{Store: s, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "no secret") {
+	if err := r.Start(ctx); err == nil || !strings.Contains(err.Error(), "no secret") {
 		t.Fatalf("HS256 without a secret: Start() = %v; want an error", err)
 	}
+	fleet := newKeyring(t, s, signing.Config{Algorithm: "ES256", KeyDir: t.TempDir()})
+	fleetKid, _ := fleet.Current().Signer()
 	dir := t.TempDir()
-	first := newKeyring(t, s, signing.Config{Algorithm: "EdDSA", KeyDir: dir})
-	kid, _ := first.Current().Signer()
-	other := newKeyring(t, s, signing.Config{Algorithm: "EdDSA", KeyDir: t.TempDir()})
-	otherKid, _ := other.Current().Signer()
-	if _, err := s.ActivateSigningKey(context.Background(), otherKid, time.Now()); err != nil {
+	own := newKeyring(t, s, signing.Config{Algorithm: "ES256", KeyDir: dir}) // signs with its own key: the fallback
+	ownKid, _ := own.Current().Signer()
+	if ownKid == fleetKid {
+		t.Fatal("two key directories share a key")
+	}
+	retire(t, s, ownKid)
+	refresh(t, own)
+	newKid, _ := own.Current().Signer()
+	if newKid == "" || newKid == ownKid || !published(t, s, newKid) {
+		t.Fatalf("after its key was retired the gateway signs with %q; want a new, published key", newKid)
+	}
+	if _, err := own.Current().Sign(jwt.MapClaims{"sub": "1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RetireSigningKey(context.Background(), kid, time.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
+	// With key files, a retired key is not replaced.
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	files := "mine:EdDSA:" + writePEM(t, t.TempDir(), "mine.pem", priv, 0o600)
+	fixed := newKeyring(t, s, signing.Config{Algorithm: "EdDSA", KeyFiles: files})
+	retire(t, s, "mine")
+	refresh(t, fixed)
+	if _, err := fixed.Current().Sign(jwt.MapClaims{"sub": "1"}); err == nil {
+		t.Fatal("a gateway whose only key file was retired still signs")
 	}
-	r, err = signing.New(signing.Config{Algorithm: "EdDSA", KeyDir: dir, Poll: time.Second}, signing.Deps{Store: s, Log: slog.New(slog.DiscardHandler)})
+	r, err = signing.New(signing.Config{Algorithm: "EdDSA", KeyFiles: files, Poll: time.Second}, signing.Deps{Store: s, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "no published key of this gateway can sign") {
-		t.Fatalf("only key retired: Start() = %v; want an error", err)
+	if err := r.Start(ctx); err == nil || !strings.Contains(err.Error(), "no published key of this gateway can sign") {
+		t.Fatalf("only key file retired: Start() = %v; want an error", err)
 	}
+}
+
+func retire(t *testing.T, s *sqlite.Store, kid string) {
+	t.Helper()
+	if _, err := s.RetireSigningKey(context.Background(), kid, time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("retire %s: %v", kid, err)
+	}
+}
+
+func published(t *testing.T, s *sqlite.Store, kid string) bool {
+	t.Helper()
+	keys, err := s.SigningKeys(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k.ID == kid {
+			return true
+		}
+	}
+	return false
 }
 
 // TestKeyfuncPinsEachKeysAlgorithm: a token verifies only with the key its
@@ -328,4 +368,63 @@ func sortedKids(a, b string) []string {
 		return []string{b, a}
 	}
 	return []string{a, b}
+}
+
+// TestBadStoredRowsAreLeftOut: a row another writer put in signing_keys
+// that cannot verify (junk bytes, or a kid an HS256 key has) is left out,
+// and the rest of the set still works on every gateway.
+func TestBadStoredRowsAreLeftOut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	s, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	hmacKey := signing.HMACKey{ID: "hs", Secret: []byte(strings.Repeat("s", 32))}
+	r := newKeyring(t, s, signing.Config{Algorithm: "ES256", KeyDir: t.TempDir()}, hmacKey)
+	kid, _ := r.Current().Signer()
+	keys, _ := s.SigningKeys(context.Background())
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`INSERT INTO signing_keys (kid, alg, public_key, added_at) VALUES ('junk', 'EdDSA', x'01', 0), ('hs', 'ES256', ?, 0)`,
+		keys[0].PublicKey); err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, r)
+	requireJWKS(t, r.Current(), kid)
+	hs := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "1"})
+	hs.Header["kid"] = "hs"
+	tok, _ := hs.SignedString(hmacKey.Secret)
+	if _, err := jwt.Parse(tok, r.Current().Keyfunc); err != nil {
+		t.Fatalf("the HS256 key after a stored row took its kid: %v", err)
+	}
+}
+
+// TestRetiredKeyEndsWithoutARefresh: a retired key stops verifying at its
+// time even while the store cannot be read.
+func TestRetiredKeyEndsWithoutARefresh(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t)
+	r := newKeyring(t, s, signing.Config{Algorithm: "ES256", KeyDir: t.TempDir()})
+	oldKid, _ := r.Current().Signer()
+	tok, _ := r.Current().Sign(jwt.MapClaims{"sub": "1"})
+	next := newKeyring(t, s, signing.Config{Algorithm: "ES256", KeyDir: t.TempDir()})
+	nextKid, _ := next.Current().Signer()
+	if _, err := s.ActivateSigningKey(ctx, nextKid, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RetireSigningKey(ctx, oldKid, time.Now().Add(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, r)
+	if _, err := jwt.Parse(tok, r.Current().Keyfunc); err != nil {
+		t.Fatalf("before its end: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // past the end; no refresh since
+	if _, err := jwt.Parse(tok, r.Current().Keyfunc); err == nil || !strings.Contains(err.Error(), "retired") {
+		t.Fatalf("after its end: %v; want refused as retired", err)
+	}
 }

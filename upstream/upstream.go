@@ -10,6 +10,10 @@ package upstream
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"iter"
@@ -73,6 +77,30 @@ const (
 	SigningAlgEdDSA = "EdDSA"
 	SigningAlgES256 = "ES256"
 )
+
+// Check reports what makes k unfit for the key set: no kid, an algorithm
+// other than EdDSA and ES256, or a public key that is not a PKIX key of
+// the algorithm's type (Ed25519, ECDSA on P-256).
+func (k SigningKey) Check() error {
+	if k.ID == "" {
+		return errors.New("no kid")
+	}
+	pub, err := x509.ParsePKIXPublicKey(k.PublicKey)
+	if err != nil {
+		return fmt.Errorf("public key: %w", err)
+	}
+	switch p := pub.(type) {
+	case ed25519.PublicKey:
+		if k.Alg == SigningAlgEdDSA {
+			return nil
+		}
+	case *ecdsa.PublicKey:
+		if k.Alg == SigningAlgES256 && p.Curve == elliptic.P256() {
+			return nil
+		}
+	}
+	return fmt.Errorf("a %T key cannot verify %q (want Ed25519 for EdDSA, P-256 for ES256)", pub, k.Alg)
+}
 
 // Retired reports whether k was retired: it signs no more, and verifies
 // until VerifiesUntil.
@@ -343,8 +371,8 @@ type Store interface {
 	// before, and returns how many it removed.
 	PruneRevocations(ctx context.Context, before time.Time) (int64, error)
 
-	// AddSigningKey publishes a key: from then on it verifies, and it can
-	// be made the signer. Its AddedAt is set by the store. Adding a key
+	// AddSigningKey publishes a key, added at at: from then on it
+	// verifies, and it can be made the signer. Adding a key
 	// whose kid, algorithm and public key are all stored already changes
 	// nothing and returns the stored key, so that a gateway may publish its
 	// keys at every start; a kid stored with another key or algorithm is

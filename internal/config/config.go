@@ -149,8 +149,6 @@ func (c Config) PurgerDeps(log *slog.Logger) cdn.Deps {
 		StoreTimeout: c.Store.Timeout, Log: log}
 }
 
-// KeeperDeps are what the revocations' keeper takes from the other parts'
-// settings: a revocation lasts as long as the longest token.
 // SigningConfig is the token keys' part: the key files or the data
 // directory's key folder, and the algorithm that signs. Unset, that is
 // HS256 where a secret or keys are configured (a deployment from before
@@ -170,6 +168,8 @@ func (c Config) SigningConfig() signing.Config {
 		KeyDir: filepath.Join(c.Server.DataDir, "signing-keys"), Poll: jwt.KeysPoll}
 }
 
+// KeeperDeps are what the revocations' keeper takes from the other parts'
+// settings: a revocation lasts as long as the longest token.
 func (c Config) KeeperDeps(set *revocation.Set, src revocation.Source, rdb redis.UniversalClient, log *slog.Logger) revocation.Deps {
 	return revocation.Deps{Set: set, Source: src, Redis: rdb, Prefix: c.Redis.Prefix, Horizon: c.HTTP.JWT.TokenTTL + c.HTTP.JWT.Leeway,
 		StoreTimeout: c.Store.Timeout, RedisTimeout: c.Redis.Timeout, Log: log}

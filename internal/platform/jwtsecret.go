@@ -15,10 +15,8 @@ import (
 	"github.com/realty-gateway/gateway/signing"
 )
 
-// EnsureJWTSecret resolves which algorithm signs and gives cfg the HS256
-// secret it needs. Unset, the algorithm is HS256 where a secret or keys are
-// configured (a deployment from before asymmetric keys goes on as it was),
-// else EdDSA. HS256 without a secret takes one generated once into the
+// EnsureJWTSecret resolves which algorithm signs (Config.SigningConfig)
+// and gives cfg the HS256 secret it needs. HS256 without a secret takes one generated once into the
 // data directory, so that tokens survive a restart; an asymmetric
 // algorithm takes the secret generated there before, if any, so that the
 // tokens it signed verify until they expire, and generates none.
@@ -31,7 +29,8 @@ func EnsureJWTSecret(cfg *config.Config, log *slog.Logger) error {
 	if jwt.Algorithm != signing.AlgHS256 {
 		b, err := os.ReadFile(filepath.Join(cfg.Server.DataDir, "jwt-secret"))
 		if err == nil {
-			log.Info("the HS256 secret generated in the data directory verifies the tokens it signed; it signs no more", "alg", jwt.Algorithm)
+			log.Warn("the HS256 secret generated in the data directory verifies the tokens it signed, and signs no more; delete its file one token lifetime after the upgrade",
+				"alg", jwt.Algorithm, "file", filepath.Join(cfg.Server.DataDir, "jwt-secret"))
 			jwt.Secret = settings.Secret(strings.TrimSpace(string(b)))
 		}
 		return nil

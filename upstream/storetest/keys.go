@@ -3,6 +3,11 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"errors"
 	"testing"
 	"time"
@@ -16,8 +21,10 @@ func testSigningKeys(t *testing.T, open func(t *testing.T) upstream.Store) {
 	ctx := context.Background()
 	s := open(t)
 	t0 := time.UnixMilli(1_800_000_000_000)
-	ed := upstream.SigningKey{ID: "ed-1", Alg: upstream.SigningAlgEdDSA, PublicKey: []byte("ed public")}
-	ec := upstream.SigningKey{ID: "ec-1", Alg: upstream.SigningAlgES256, PublicKey: []byte("ec public")}
+	ed := upstream.SigningKey{ID: "ed-1", Alg: upstream.SigningAlgEdDSA, PublicKey: publicKey(t, upstream.SigningAlgEdDSA)}
+	ec := upstream.SigningKey{ID: "ec-1", Alg: upstream.SigningAlgES256, PublicKey: publicKey(t, upstream.SigningAlgES256)}
+	p384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	p384DER, _ := x509.MarshalPKIXPublicKey(p384.Public())
 	if keys, err := s.SigningKeys(ctx); err != nil || len(keys) != 0 {
 		t.Fatalf("SigningKeys() of a new store = %v, %v; want none", keys, err)
 	}
@@ -36,11 +43,14 @@ func testSigningKeys(t *testing.T, open func(t *testing.T) upstream.Store) {
 		give upstream.SigningKey
 		want error
 	}{
-		{"kid of another key", upstream.SigningKey{ID: "ed-1", Alg: upstream.SigningAlgEdDSA, PublicKey: []byte("other")}, upstream.ErrConflict},
-		{"kid of another algorithm", upstream.SigningKey{ID: "ed-1", Alg: upstream.SigningAlgES256, PublicKey: ed.PublicKey}, upstream.ErrConflict},
-		{"no kid", upstream.SigningKey{Alg: upstream.SigningAlgEdDSA, PublicKey: []byte("x")}, upstream.ErrInvalid},
-		{"HS256", upstream.SigningKey{ID: "hs", Alg: "HS256", PublicKey: []byte("x")}, upstream.ErrInvalid},
+		{"kid of another key", upstream.SigningKey{ID: "ed-1", Alg: upstream.SigningAlgEdDSA, PublicKey: publicKey(t, upstream.SigningAlgEdDSA)}, upstream.ErrConflict},
+		{"kid of another algorithm", upstream.SigningKey{ID: "ed-1", Alg: upstream.SigningAlgES256, PublicKey: ec.PublicKey}, upstream.ErrConflict},
+		{"no kid", upstream.SigningKey{Alg: upstream.SigningAlgEdDSA, PublicKey: ed.PublicKey}, upstream.ErrInvalid},
+		{"HS256", upstream.SigningKey{ID: "hs", Alg: "HS256", PublicKey: ed.PublicKey}, upstream.ErrInvalid},
 		{"no key", upstream.SigningKey{ID: "empty", Alg: upstream.SigningAlgEdDSA}, upstream.ErrInvalid},
+		{"not a key", upstream.SigningKey{ID: "junk", Alg: upstream.SigningAlgEdDSA, PublicKey: []byte("junk")}, upstream.ErrInvalid},
+		{"Ed25519 key for ES256", upstream.SigningKey{ID: "mixed", Alg: upstream.SigningAlgES256, PublicKey: ed.PublicKey}, upstream.ErrInvalid},
+		{"P-384 key for ES256", upstream.SigningKey{ID: "p384", Alg: upstream.SigningAlgES256, PublicKey: p384DER}, upstream.ErrInvalid},
 	}
 	for _, tt := range refusals {
 		if _, err := s.AddSigningKey(ctx, tt.give, t0); !errors.Is(err, tt.want) {
@@ -78,6 +88,26 @@ func testSigningKeys(t *testing.T, open func(t *testing.T) upstream.Store) {
 		t.Fatalf("ActivateSigningKey(retired) = %v; want ErrConflict", err)
 	}
 	requireActive(t, s, "ec-1")
+}
+
+// publicKey is a new key's public half for alg, in PKIX DER.
+func publicKey(t *testing.T, alg string) []byte {
+	t.Helper()
+	var pub any
+	if alg == upstream.SigningAlgEdDSA {
+		pub, _, _ = ed25519.GenerateKey(rand.Reader)
+	} else {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub = k.Public()
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
 }
 
 // requireActive checks which key signs; "" for none.

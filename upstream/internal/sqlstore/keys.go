@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,8 +16,8 @@ const signingKeyColumns = `kid, alg, public_key, added_at, signs_from, verifies_
 // AddSigningKey inserts the key, or finds it stored: a gateway publishes
 // its keys at every start, and two may start at once.
 func (s *Store) AddSigningKey(ctx context.Context, k upstream.SigningKey, at time.Time) (upstream.SigningKey, error) {
-	if k.ID == "" || len(k.PublicKey) == 0 || (k.Alg != upstream.SigningAlgEdDSA && k.Alg != upstream.SigningAlgES256) {
-		return upstream.SigningKey{}, fmt.Errorf("signing key %q: needs a kid, a public key and EdDSA or ES256: %w", k.ID, upstream.ErrInvalid)
+	if err := k.Check(); err != nil {
+		return upstream.SigningKey{}, fmt.Errorf("signing key %q: %w: %w", k.ID, err, upstream.ErrInvalid)
 	}
 	err := s.e.DB.Exec(ctx,
 		`INSERT INTO signing_keys (kid, alg, public_key, added_at) VALUES ($1, $2, $3, $4) ON CONFLICT (kid) DO NOTHING`,
@@ -62,8 +64,11 @@ func (s *Store) ActivateSigningKey(ctx context.Context, kid string, at time.Time
 		   SELECT CASE WHEN MAX(o.signs_from) >= $2 THEN MAX(o.signs_from) + 1 ELSE $2 END FROM signing_keys o)
 		 WHERE kid = $1 AND verifies_until IS NULL
 		 RETURNING `+signingKeyColumns, kid, at.UnixMilli()))
-	if err == nil {
+	switch {
+	case err == nil:
 		return k, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return upstream.SigningKey{}, fmt.Errorf("activate signing key %q: %w", kid, err)
 	}
 	if _, err := s.signingKey(ctx, kid); err != nil {
 		return upstream.SigningKey{}, err
@@ -80,8 +85,11 @@ func (s *Store) RetireSigningKey(ctx context.Context, kid string, until time.Tim
 		   SELECT 1 FROM signing_keys o WHERE o.verifies_until IS NULL AND o.signs_from IS NOT NULL AND o.kid <> $1
 		     AND (o.signs_from > signing_keys.signs_from OR (o.signs_from = signing_keys.signs_from AND o.kid > $1))))
 		 RETURNING `+signingKeyColumns, kid, until.UnixMilli()))
-	if err == nil {
+	switch {
+	case err == nil:
 		return k, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return upstream.SigningKey{}, fmt.Errorf("retire signing key %q: %w", kid, err)
 	}
 	stored, err := s.signingKey(ctx, kid)
 	switch {
