@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -95,6 +94,6 @@ func BenchmarkVerifiedTokenMemory(b *testing.B) {
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "B/token")
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "MiB")
 	if n > verifiedTokens {
-		b.Fatal(fmt.Sprintf("%d tokens remembered; the bound is %d", n, verifiedTokens))
+		b.Fatalf("%d tokens remembered; the bound is %d", n, verifiedTokens)
 	}
 }
