@@ -143,7 +143,7 @@ func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, m
 	if err := p.revocations.Load(ctx); err != nil {
 		return nil, err
 	}
-	if p.tokenKeys, err = newTokenKeys(ctx, cfg, p.guarded, log); err != nil {
+	if p.tokenKeys, err = newTokenKeys(ctx, cfg, p.store, log); err != nil {
 		return nil, err
 	}
 	if p.srv, err = gateway.New(cfg.GatewayConfig(), gateway.Deps{Listings: p.listings, Accounts: p.guarded, Limiter: p.limiter, Purger: purger,
@@ -155,13 +155,15 @@ func assemble(ctx context.Context, cfg config.Config, tp trace.TracerProvider, m
 }
 
 // newTokenKeys reads this gateway's private keys, publishes them in the
-// store and reads the fleet's key set.
+// store and reads the fleet's key set. It reads the store itself, not
+// through the breaker: its background reads must not weigh in the
+// breaker's judgement of the requests' store calls.
 func newTokenKeys(ctx context.Context, cfg config.Config, store signing.Store, log *slog.Logger) (*signing.Keyring, error) {
 	hmacs, err := cfg.HTTP.JWT.SigningKeys()
 	if err != nil {
 		return nil, err
 	}
-	keys, err := signing.New(cfg.SigningConfig(), signing.Deps{Store: store, HMAC: hmacs, Log: log})
+	keys, err := signing.New(cfg.SigningConfig(), signing.Deps{Store: store, HMAC: hmacs, Log: log, StoreTimeout: cfg.Store.Timeout})
 	if err != nil {
 		return nil, err
 	}

@@ -172,7 +172,7 @@ func newFixtureOf(t testing.TB, o fixtureOptions) fixture {
 		cacheTTL = fresh
 	}
 	srv, err := New(cfg, Deps{Listings: wrapped, Accounts: accounts, Limiter: limiter, Purger: o.purger, Revoked: revoked, Log: log,
-		RetryAfter: 5 * time.Second, CacheTTL: cacheTTL, Keys: fixtureKeys(t, cmp.Or(o.tokenAlg, asymmetric(cfg.JWT.Algorithm)), cfg.JWT, guarded, log)})
+		RetryAfter: 5 * time.Second, CacheTTL: cacheTTL, Keys: fixtureKeys(t, cmp.Or(o.tokenAlg, asymmetric(cfg.JWT.Algorithm)), cfg.JWT, store, log)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,8 @@ type Deps struct {
 	// under HS256.
 	HMAC []HMACKey
 	Log  *slog.Logger
+	// StoreTimeout bounds each store call; 0: 5 s.
+	StoreTimeout time.Duration
 }
 
 // Keyring keeps the current KeySet: built by Start, refreshed by Run.
@@ -81,6 +83,9 @@ func New(cfg Config, deps Deps) (*Keyring, error) {
 	}
 	if deps.Store == nil || deps.Log == nil {
 		return nil, errors.New("signing: a store and a logger are required")
+	}
+	if deps.StoreTimeout <= 0 {
+		deps.StoreTimeout = 5 * time.Second
 	}
 	r := &Keyring{cfg: cfg, deps: deps}
 	var err error
@@ -164,11 +169,11 @@ func (r *Keyring) Start(ctx context.Context) error {
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(r.local)) {
-		if _, err := r.deps.Store.AddSigningKey(ctx, r.local[id].published(), now); err != nil {
+		if _, err := r.addKey(ctx, r.local[id], now); err != nil {
 			return fmt.Errorf("signing: publish key %s of %s: %w", id, r.local[id].File, err)
 		}
 	}
-	stored, err := r.deps.Store.SigningKeys(ctx)
+	stored, err := r.storedKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("signing: %w", err)
 	}
@@ -196,7 +201,7 @@ func (r *Keyring) generate(ctx context.Context) (LocalKey, error) {
 	if err != nil {
 		return LocalKey{}, fmt.Errorf("signing: %w", err)
 	}
-	if _, err := r.deps.Store.AddSigningKey(ctx, k.published(), time.Now()); err != nil {
+	if _, err := r.addKey(ctx, k, time.Now()); err != nil {
 		return LocalKey{}, fmt.Errorf("signing: publish key %s of %s: %w", k.ID, k.File, err)
 	}
 	r.deps.Log.Info("generated a token signing key", "kid", k.ID, "alg", k.Alg, "file", k.File)
@@ -212,7 +217,7 @@ func (r *Keyring) generate(ctx context.Context) (LocalKey, error) {
 // tokens still verify everywhere.
 func (r *Keyring) activateFirst(ctx context.Context, now time.Time) error {
 	for _, id := range slices.Sorted(maps.Keys(r.local)) {
-		if _, err := r.deps.Store.ActivateSigningKey(ctx, id, now); err == nil {
+		if err := r.activate(ctx, id, now); err == nil {
 			r.deps.Log.Info("made a token signing key the signer", "kid", id)
 			return nil
 		} else if !errors.Is(err, upstream.ErrConflict) {
@@ -253,7 +258,7 @@ func (r *Keyring) Refresh(ctx context.Context) error {
 
 // build reads the store's key set and builds a KeySet of it.
 func (r *Keyring) build(ctx context.Context) (*KeySet, error) {
-	stored, err := r.deps.Store.SigningKeys(ctx)
+	stored, err := r.storedKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("signing: %w", err)
 	}
@@ -265,6 +270,27 @@ func (r *Keyring) build(ctx context.Context) (*KeySet, error) {
 		r.deps.Log.Error("a stored token key cannot verify; left out of the key set", "err", err)
 	}
 	return set, nil
+}
+
+// The store calls, each within the store's timeout.
+
+func (r *Keyring) storedKeys(ctx context.Context) ([]upstream.SigningKey, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.deps.StoreTimeout)
+	defer cancel()
+	return r.deps.Store.SigningKeys(ctx)
+}
+
+func (r *Keyring) addKey(ctx context.Context, k LocalKey, at time.Time) (upstream.SigningKey, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.deps.StoreTimeout)
+	defer cancel()
+	return r.deps.Store.AddSigningKey(ctx, k.published(), at)
+}
+
+func (r *Keyring) activate(ctx context.Context, kid string, at time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, r.deps.StoreTimeout)
+	defer cancel()
+	_, err := r.deps.Store.ActivateSigningKey(ctx, kid, at)
+	return err
 }
 
 // swap makes set current and says what changed.

@@ -30,7 +30,7 @@ type Guarded struct {
 // GuardedOps are the operation names that Guarded reports to Observe.
 func GuardedOps() []string {
 	return []string{"listing_by_id", "listing_by_number", "firm_by_key", "user_by_email", "import_listings",
-		"update_listing", "delete_listing", "revocations", "prune_revocations", "add_signing_key", "activate_signing_key", "signing_keys"}
+		"update_listing", "delete_listing", "revocations", "prune_revocations"}
 }
 
 // GuardedDeps are a Guarded's collaborators.
@@ -174,27 +174,6 @@ func (g *Guarded) DeleteListing(ctx context.Context, firmID, id int64, cond Prec
 func (g *Guarded) Revocations(ctx context.Context, since time.Time) ([]Revocation, error) {
 	return guard(ctx, g, "revocations", func(ctx context.Context) ([]Revocation, error) {
 		return g.store.Revocations(ctx, since)
-	})
-}
-
-// AddSigningKey and SigningKeys serve the token keys: every gateway
-// publishes the keys it holds when it starts, and polls the key set.
-
-func (g *Guarded) AddSigningKey(ctx context.Context, k SigningKey, at time.Time) (SigningKey, error) {
-	return guard(ctx, g, "add_signing_key", func(ctx context.Context) (SigningKey, error) {
-		return g.store.AddSigningKey(ctx, k, at)
-	})
-}
-
-func (g *Guarded) ActivateSigningKey(ctx context.Context, kid string, at time.Time) (SigningKey, error) {
-	return guard(ctx, g, "activate_signing_key", func(ctx context.Context) (SigningKey, error) {
-		return g.store.ActivateSigningKey(ctx, kid, at)
-	})
-}
-
-func (g *Guarded) SigningKeys(ctx context.Context) ([]SigningKey, error) {
-	return guard(ctx, g, "signing_keys", func(ctx context.Context) ([]SigningKey, error) {
-		return g.store.SigningKeys(ctx)
 	})
 }
 
