@@ -163,8 +163,8 @@ func TestTraceSpanTrees(t *testing.T) {
 			wantStatus: 200,
 			want: `GET /realty/:ref
   cache local hit=false
-  cache get
   cache singleflight
+    cache get
     store listing_by_id
       postgres
     cache set

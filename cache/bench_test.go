@@ -108,22 +108,22 @@ func BenchmarkLocalTier(b *testing.B) {
 	var mu sync.Mutex
 	for id := int64(1); id <= hot; id++ {
 		r.id = id
-		f.put(ByID(id), r, f.generation(), now)
-		plain.Add(ByID(id), &frontEntry{entry: r.entry(Hit), revision: 1, expires: now.Add(time.Hour).UnixNano()})
+		f.keep(ByID(id), r, f.generation(), now)
+		plain.Add(ByID(id), &frontEntry{r: r, expires: now.Add(time.Hour).UnixNano()})
 	}
 	impls := []struct {
 		name string
-		get  func(k Key) (Entry, bool)
+		get  func(k Key) (record, bool)
 	}{
-		{name: "otter", get: func(k Key) (Entry, bool) { return f.get(k, now) }},
-		{name: "mutex LRU", get: func(k Key) (Entry, bool) {
+		{name: "otter", get: func(k Key) (record, bool) { return f.lookup(k, now) }},
+		{name: "mutex LRU", get: func(k Key) (record, bool) {
 			mu.Lock()
 			fe, ok := plain.Get(k)
 			mu.Unlock()
 			if !ok || now.UnixNano() >= fe.expires {
-				return Entry{}, false
+				return record{}, false
 			}
-			return fe.entry, true
+			return fe.r, true
 		}},
 	}
 	for _, goroutines := range []int{2, 16} {

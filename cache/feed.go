@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -26,38 +24,6 @@ type Change struct {
 	// Numbers are the listing numbers the writes named, old and new. A
 	// live or deleted listing's current one is taken from its state.
 	Numbers []Key
-}
-
-// refreshOrFloor brings a cached copy up to date: a key that holds an
-// older revision (a listing, an absence or a floor) gets ARGV[1] for
-// ARGV[3] ms; a key that holds nothing gets the floor ARGV[4] for ARGV[5]
-// ms, so that a read of the old version in flight cannot fill it, without
-// filling Redis with listings nobody reads. A key that holds this revision
-// or a newer one is left alone.
-var refreshOrFloor = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local rev = tonumber(string.match(cur, '^v1 (%d+) '))
-  if rev and rev >= tonumber(ARGV[2]) then
-    return 0
-  end
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-  return 1
-end
-redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
-return 2
-`)
-
-// keyWrite is one key's part of applying a change.
-type keyWrite struct {
-	name  string
-	value record // written where the key holds an older revision
-	ttl   time.Duration
-	// ifCached: value goes only over a cached copy; an empty key gets a
-	// floor. Otherwise value is written unless the key holds a newer
-	// revision, as writes do.
-	ifCached bool
-	floor    record
 }
 
 // Apply brings every tier up to date with changes: both keys of a live
@@ -160,64 +126,22 @@ func (c *Cache) changeWrites(ch Change) ([]keyWrite, []Invalidation, error) {
 // before the change can take.
 func (c *Cache) floorTTL() time.Duration { return 2 * c.loadTimeout }
 
-// writeKeys runs writes in one round trip where the tier can, and returns
-// their errors in order.
+// writeKeys runs writes on the shared tier, in one round trip where it
+// can, and returns their errors in order.
 func (c *Cache) writeKeys(ctx context.Context, writes []keyWrite) []error {
 	if len(writes) == 0 {
 		return nil
 	}
 	for _, w := range writes {
-		c.group.Forget(w.name) // a flight that read the old version is not joined
+		c.flights.forget(w.name) // a flight that read the old version is not joined
 	}
-	var errs []error
-	if t, ok := c.tier.(*redisTier); ok {
-		errs = t.writeEach(ctx, writes)
-	} else {
-		errs = make([]error, len(writes))
-		for i, w := range writes {
-			errs[i] = c.tier.(*localTier).write(w)
-		}
-	}
+	errs := c.shared.write(ctx, writes)
 	for i, err := range errs {
-		c.observe(err)
 		if err == nil {
-			c.clean(writes[i].name)
+			c.dirty.clean(writes[i].name)
 		}
 	}
 	return errs
-}
-
-// writeEach runs every write's script in one pipeline of its own (see
-// runEach). Each key is its own command, so keys may live in different
-// Cluster slots.
-func (t *redisTier) writeEach(ctx context.Context, writes []keyWrite) []error {
-	calls := make([]scriptCall, len(writes))
-	for i, w := range writes {
-		calls[i] = scriptCall{script: guardedSet, key: w.name, args: guardedSetArgs(w.value, w.ttl)}
-		if w.ifCached {
-			calls[i].script = refreshOrFloor
-			calls[i].args = append(calls[i].args, w.floor.encode(), time.Until(time.UnixMilli(w.floor.freshUntil)).Milliseconds())
-		}
-	}
-	return t.runEach(ctx, nil, calls)
-}
-
-// write applies one key write to the in-process tier.
-func (t *localTier) write(w keyWrite) error {
-	if !w.ifCached {
-		return t.set(context.Background(), w.name, w.value, w.ttl)
-	}
-	t.mu.Lock()
-	cur, ok := t.cache.GetIfPresent(w.name)
-	t.mu.Unlock()
-	switch {
-	case !ok || !t.now().Before(cur.expires):
-		return t.set(context.Background(), w.name, w.floor, time.Until(time.UnixMilli(w.floor.freshUntil)))
-	case cur.r.revision >= w.value.revision:
-		return nil
-	default:
-		return t.set(context.Background(), w.name, w.value, w.ttl)
-	}
 }
 
 // announceItems tells the other gateways, as a write does, and says

@@ -35,10 +35,9 @@ type front struct {
 }
 
 type frontEntry struct {
-	entry    Entry
-	revision int64
-	expires  int64  // unix nanoseconds
-	weight   uint32 // what it costs the heap, for the byte bound
+	r       record
+	expires int64  // unix nanoseconds
+	weight  uint32 // what it costs the heap, for the byte bound
 }
 
 // floor is the highest revision of a listing seen invalidated, kept while
@@ -69,16 +68,16 @@ func newFront(maxBytes int64, maxAge time.Duration) *front {
 	return &front{cache: c, maxAge: maxAge, floors: map[int64]floor{}}
 }
 
-// get returns a fresh entry for k.
-func (f *front) get(k Key, now time.Time) (Entry, bool) {
+// lookup returns the record kept under k, until the entry expires.
+func (f *front) lookup(k Key, now time.Time) (record, bool) {
 	if !f.enabled.Load() {
-		return Entry{}, false
+		return record{}, false
 	}
 	fe, ok := f.cache.GetIfPresent(k)
 	if !ok || now.UnixNano() >= fe.expires {
-		return Entry{}, false
+		return record{}, false
 	}
-	return fe.entry, true
+	return fe.r, true
 }
 
 // serving reports whether the tier answers reads (it does once the
@@ -88,10 +87,10 @@ func (f *front) serving() bool { return f.enabled.Load() }
 // generation is taken before a read whose result may be put.
 func (f *front) generation() uint64 { return f.gen.Load() }
 
-// put keeps r under k unless the tier changed generation since gen, or r
+// keep keeps r under k unless the tier changed generation since gen, or r
 // is older than a revision already invalidated. Only listings are kept:
 // absence is Redis's to cache.
-func (f *front) put(k Key, r record, gen uint64, now time.Time) {
+func (f *front) keep(k Key, r record, gen uint64, now time.Time) {
 	if r.kind == kindAbsent || !f.enabled.Load() {
 		return
 	}
@@ -107,7 +106,7 @@ func (f *front) put(k Key, r record, gen uint64, now time.Time) {
 	if fl, ok := f.floors[r.id]; ok && r.revision < fl.revision && now.Before(fl.until) {
 		return
 	}
-	f.cache.Set(k, &frontEntry{entry: r.entry(Hit), revision: r.revision, expires: expires, weight: r.weight(frontEntryOverhead)})
+	f.cache.Set(k, &frontEntry{r: r, expires: expires, weight: r.weight(frontEntryOverhead)})
 	if expires > f.until.Load() {
 		f.until.Store(expires)
 	}
@@ -121,11 +120,11 @@ func (f *front) holds(now time.Time) bool { return now.UnixNano() < f.until.Load
 // variants v are: a variant was added to it.
 func (f *front) reweigh(k Key, v *variants) {
 	f.cache.ComputeIfPresent(k, func(fe *frontEntry) (*frontEntry, otter.ComputeOp) {
-		if fe.entry.variants != v {
+		if fe.r.variants != v {
 			return fe, otter.CancelOp
 		}
 		next := *fe
-		next.weight = fe.entry.record().weight(frontEntryOverhead)
+		next.weight = fe.r.weight(frontEntryOverhead)
 		return &next, otter.WriteOp
 	})
 }

@@ -22,25 +22,25 @@ func TestFrontRefusesOlderVersions(t *testing.T) {
 	}{
 		{name: "the invalidated version is gone"},
 		{name: "a slow fill of the old version is refused",
-			give: func(f *front) { f.put(ByID(7), frontRecord(7, 5, "{v5}", fresh), f.generation(), now) }},
+			give: func(f *front) { f.keep(ByID(7), frontRecord(7, 5, "{v5}", fresh), f.generation(), now) }},
 		{name: "the new version is kept", wantHit: true, want: "{v6}",
-			give: func(f *front) { f.put(ByID(7), frontRecord(7, 6, "{v6}", fresh), f.generation(), now) }},
+			give: func(f *front) { f.keep(ByID(7), frontRecord(7, 6, "{v6}", fresh), f.generation(), now) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFront(1<<20, time.Hour)
 			f.enable()
-			f.put(ByID(7), frontRecord(7, 5, "{v5}", fresh), f.generation(), now)
-			if _, ok := f.get(ByID(7), now); !ok {
+			f.keep(ByID(7), frontRecord(7, 5, "{v5}", fresh), f.generation(), now)
+			if _, ok := f.lookup(ByID(7), now); !ok {
 				t.Fatal("v5 was not kept")
 			}
 			f.invalidate([]Invalidation{{ID: 7, FirmID: 1, No: 7, Revision: 6}}, now, time.Minute)
 			if tt.give != nil {
 				tt.give(f)
 			}
-			e, ok := f.get(ByID(7), now)
-			if ok != tt.wantHit || ok && string(e.Body) != tt.want {
-				t.Fatalf("get = %q, %v; want %q, %v", e.Body, ok, tt.want, tt.wantHit)
+			e, ok := f.lookup(ByID(7), now)
+			if ok != tt.wantHit || ok && string(e.body) != tt.want {
+				t.Fatalf("get = %q, %v; want %q, %v", e.body, ok, tt.want, tt.wantHit)
 			}
 		})
 	}
@@ -51,17 +51,17 @@ func TestFrontLostSubscription(t *testing.T) {
 	f := newFront(1<<20, time.Hour)
 	f.enable()
 	gen := f.generation()
-	f.put(ByID(1), frontRecord(1, 1, "{a}", now.Add(time.Minute)), gen, now)
+	f.keep(ByID(1), frontRecord(1, 1, "{a}", now.Add(time.Minute)), gen, now)
 	f.disable()
-	if _, ok := f.get(ByID(1), now); ok {
+	if _, ok := f.lookup(ByID(1), now); ok {
 		t.Fatal("a disabled tier answered")
 	}
 	f.enable()
-	if _, ok := f.get(ByID(1), now); ok {
+	if _, ok := f.lookup(ByID(1), now); ok {
 		t.Fatal("an entry from before the lost subscription survived it")
 	}
-	f.put(ByID(1), frontRecord(1, 1, "{a}", now.Add(time.Minute)), gen, now)
-	if _, ok := f.get(ByID(1), now); ok {
+	f.keep(ByID(1), frontRecord(1, 1, "{a}", now.Add(time.Minute)), gen, now)
+	if _, ok := f.lookup(ByID(1), now); ok {
 		t.Fatal("a put read before the subscription was lost was kept")
 	}
 }
@@ -70,14 +70,14 @@ func TestFrontMaxAgeAndFreshness(t *testing.T) {
 	now := time.Now()
 	f := newFront(1<<20, 2*time.Second)
 	f.enable()
-	f.put(ByID(1), frontRecord(1, 1, "{a}", now.Add(time.Minute)), f.generation(), now)
-	f.put(ByID(2), frontRecord(2, 1, "{b}", now.Add(time.Second)), f.generation(), now)
+	f.keep(ByID(1), frontRecord(1, 1, "{a}", now.Add(time.Minute)), f.generation(), now)
+	f.keep(ByID(2), frontRecord(2, 1, "{b}", now.Add(time.Second)), f.generation(), now)
 	for _, tt := range []struct {
 		k    Key
 		at   time.Duration
 		want bool
 	}{{ByID(1), 1900 * time.Millisecond, true}, {ByID(1), 2 * time.Second, false}, {ByID(2), 900 * time.Millisecond, true}, {ByID(2), time.Second, false}} {
-		if _, ok := f.get(tt.k, now.Add(tt.at)); ok != tt.want {
+		if _, ok := f.lookup(tt.k, now.Add(tt.at)); ok != tt.want {
 			t.Errorf("listing %d at +%v: hit %v, want %v", tt.k.ID, tt.at, ok, tt.want)
 		}
 	}
@@ -89,7 +89,7 @@ func TestFrontIsBoundedByBytes(t *testing.T) {
 	f.enable()
 	body := "{" + string(bytes.Repeat([]byte("x"), 100<<10)) + "}"
 	for id := int64(1); id <= 100; id++ {
-		f.put(ByID(id), frontRecord(id, 1, body, now.Add(time.Minute)), f.generation(), now)
+		f.keep(ByID(id), frontRecord(id, 1, body, now.Add(time.Minute)), f.generation(), now)
 	}
 	f.cache.CleanUp()
 	if w := f.cache.WeightedSize(); w > 1<<20 {

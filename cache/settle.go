@@ -101,3 +101,18 @@ func (c *Cache) awaitFeed(ctx context.Context, ls ...upstream.Listing) {
 		}
 	}
 }
+
+// Settle tells the change feed that these writes were brought to every
+// tier, every gateway and (the caller has seen to it) the CDN, so that its
+// consumer does not do it again. Writes that were not published in full
+// are left to the consumer. It does not block.
+func (c *Cache) Settle(ws ...Written) {
+	if c.settler == nil {
+		return
+	}
+	for _, w := range ws {
+		if w.published {
+			c.settler.add(w.identity, upstream.Settled{ID: w.Listing.ID, Revision: w.Listing.Revision})
+		}
+	}
+}

@@ -67,7 +67,7 @@ func (n *counters) snapshot() Stats {
 // Stats returns the counters so far.
 func (c *Cache) Stats() Stats {
 	s := c.counts.snapshot()
-	s.LocalTierOn = c.front != nil && c.front.enabled.Load()
+	s.LocalTierOn = c.front != nil && c.front.serving()
 	s.RedisTrusted = c.RedisTrusted()
 	if c.inv != nil {
 		s.Announced, s.Unacknowledged = c.inv.announced.Load(), c.inv.unacknowledged.Load()

@@ -2,15 +2,8 @@ package cache
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -195,74 +188,21 @@ func feedCall[T any](c *Cache, ctx context.Context, call func(context.Context) (
 
 // RedisIdentity names the Redis behind the client: the run ids of its
 // masters, which change with every restart and failover.
-func (c *Cache) RedisIdentity(ctx context.Context) (string, error) {
-	t, ok := c.tier.(*redisTier)
-	if !ok {
-		return "", errNoRedis
-	}
-	ctx, cancel := context.WithTimeout(ctx, 4*t.timeout)
-	defer cancel()
-	return redisIdentity(ctx, t.rdb)
-}
-
-func redisIdentity(ctx context.Context, rdb redis.UniversalClient) (string, error) {
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		var (
-			mu  sync.Mutex
-			ids []string
-		)
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			id, err := runID(ctx, node)
-			mu.Lock()
-			defer mu.Unlock()
-			ids = append(ids, id)
-			return err
-		})
-		if err != nil {
-			return "", err
-		}
-		slices.Sort(ids)
-		return strings.Join(ids, ","), nil
-	}
-	return runID(ctx, rdb)
-}
-
-func runID(ctx context.Context, rdb redis.Cmdable) (string, error) {
-	info, err := rdb.Info(ctx, "server").Result()
-	if err != nil {
-		return "", err
-	}
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	return "", errors.New("redis INFO names no run_id")
-}
+func (c *Cache) RedisIdentity(ctx context.Context) (string, error) { return c.shared.identity(ctx) }
 
 // RedisEmpty reports whether Redis holds no key at all: then it cannot
 // hold an old version of anything.
-func (c *Cache) RedisEmpty(ctx context.Context) (bool, error) {
-	t, ok := c.tier.(*redisTier)
-	if !ok {
-		return false, errNoRedis
+func (c *Cache) RedisEmpty(ctx context.Context) (bool, error) { return c.shared.empty(ctx) }
+
+// trustedIdentity is the identity of the Redis this gateway verified, and
+// whether it trusts it now. Without Redis or a feed it trusts its one tier.
+func (c *Cache) trustedIdentity() (string, bool) {
+	if c.trust == nil {
+		return "", true
 	}
-	ctx, cancel := context.WithTimeout(ctx, 4*t.timeout)
-	defer cancel()
-	var keys atomic.Int64
-	count := func(ctx context.Context, node redis.Cmdable) error {
-		n, err := node.DBSize(ctx).Result()
-		keys.Add(n)
-		return err
+	id := c.trust.identity.Load()
+	if id == nil || c.trust.state.Load() != trusted {
+		return "", false
 	}
-	var err error
-	if cc, isCluster := t.rdb.(*redis.ClusterClient); isCluster {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return count(ctx, node) })
-	} else {
-		err = count(ctx, t.rdb)
-	}
-	if err != nil {
-		return false, fmt.Errorf("redis size: %w", err)
-	}
-	return keys.Load() == 0, nil
+	return *id, true
 }

@@ -1,11 +1,7 @@
 package cache
 
 import (
-	"context"
 	"sync/atomic"
-
-	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/realty-gateway/gateway/coding"
 )
@@ -85,61 +81,32 @@ func (c *Cache) Variant(e Entry, cod coding.Coding) ([]byte, error) {
 	}
 	c.counts.compressed.Add(1)
 	b = e.variants.keep(cod, b)
-	c.variantKept(e)
+	c.variantKept(e.record())
 	return b, nil
 }
 
-// variantKept charges the tiers in this process for e's new variant and
-// adds it to e's records in Redis, where they still hold e's version.
-func (c *Cache) variantKept(e Entry) {
-	keys := [2]Key{ByID(e.ID), ByNumber(e.FirmID, e.No)}
-	if c.front != nil {
-		for _, k := range keys {
-			c.front.reweigh(k, e.variants)
-		}
-	}
-	switch t := c.tier.(type) {
-	case *localTier:
-		for _, k := range keys {
-			t.reweigh(k.name(c.prefix), e.variants)
-		}
-	case *redisTier:
-		t.addVariants([]string{keys[0].name(c.prefix), keys[1].name(c.prefix)}, e.record())
-	}
-}
-
-// addVariantsScript replaces a key's record with ARGV[3], which carries
-// more variants, where the key still holds the version of revision ARGV[1]
-// and tag ARGV[2]; the key's expiry stays. One key per call, so the keys
-// may live in different Cluster slots.
-const addVariantsScript = `
-local cur = redis.call('GET', KEYS[1])
-if not cur then
-  return 0
-end
-local rev, etag = string.match(cur, '^v1 (%d+) %S+ %S+ %S+ %S+ %a (%S+)')
-if rev ~= ARGV[1] or etag ~= ARGV[2] then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
-return 1
-`
-
-// addVariants adds r's variants to the records under names. It is best
-// effort and does not wait: the commands go out in the auto-pipeline's
-// next batch, with the script's source (EVAL), so that no answer needs
-// reading. A failure costs a later read the compression, and the script
-// cannot replace a newer version, so it is not a sign that Redis missed a
-// write; neither the breaker nor the trust in Redis hears of it.
-func (t *redisTier) addVariants(names []string, r record) {
-	if t.pipe == nil || t.cb.State() == gobreaker.StateOpen {
+// compressInto makes r's variant in cod before r is first written, so
+// that the fill carries it. A failure leaves it to the first request that
+// asks for it.
+func (c *Cache) compressInto(r record, cod coding.Coding) {
+	if r.variants.get(cod) != nil {
 		return
 	}
-	ctx := context.Background()
-	value := r.encode()
-	for _, name := range names {
-		cmd := redis.NewCmd(ctx, "eval", addVariantsScript, 1, name, r.revision, string(r.etag), value)
-		cmd.SetFirstKeyPos(3) // the key's slot, on a cluster
-		t.pipe.Submit(ctx, cmd)
+	b, err := c.compressor.Compress(cod, r.body)
+	if err != nil {
+		return
 	}
+	c.counts.compressed.Add(1)
+	r.variants.keep(cod, b)
+}
+
+// variantKept charges this process's tiers for r's new variant and adds
+// it to r's records in the shared tier, where they still hold r's
+// version.
+func (c *Cache) variantKept(r record) {
+	keys := [2]Key{ByID(r.id), ByNumber(r.firmID, r.no)}
+	for _, k := range keys {
+		c.local.reweigh(k, r.variants)
+	}
+	c.shared.addVariants([]string{keys[0].name(c.prefix), keys[1].name(c.prefix)}, r)
 }

@@ -84,7 +84,7 @@ func TestVariantsAreMadeOncePerVersion(t *testing.T) {
 			if got := c.Stats().Compressed; got != 3 {
 				t.Fatalf("%d compressions for one version's 3 codings", got)
 			}
-			if rt, ok := c.tier.(*redisTier); ok {
+			if rt := redisOf(c); rt != nil {
 				waitForVariants(t, rt, c.prefix, keys...)
 			}
 			for range 5 {
@@ -163,7 +163,7 @@ func TestVariantsReachOtherGateways(t *testing.T) {
 		}
 		made[cod] = v
 	}
-	waitForVariants(t, a.tier.(*redisTier), prefix, ByID(1), ByNumber(7, 3))
+	waitForVariants(t, redisOf(a), prefix, ByID(1), ByNumber(7, 3))
 	for _, k := range []Key{ByID(1), ByNumber(7, 3)} {
 		e := read(t, b, k)
 		for _, cod := range coding.Compressed() {
@@ -227,7 +227,7 @@ func TestVariantsAreWeighed(t *testing.T) {
 					c.front.cache.CleanUp() // the tier's size follows its writes lazily
 					return c.front.cache.WeightedSize()
 				}
-				lt := c.tier.(*localTier)
+				lt := c.shared.(*memory)
 				lt.cache.CleanUp()
 				return lt.cache.WeightedSize()
 			}

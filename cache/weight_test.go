@@ -62,7 +62,7 @@ func TestFrontWeigherMatchesTheHeap(t *testing.T) {
 		f.enable()
 		const n = 20_000
 		heap, weight := heapPerEntry(t, n, func(i int, r record) uint32 {
-			f.put(ByID(int64(i+1)), r, f.generation(), time.Now())
+			f.keep(ByID(int64(i+1)), r, f.generation(), time.Now())
 			return r.weight(frontEntryOverhead)
 		})
 		if got := f.cache.EstimatedSize(); got != n {
@@ -80,13 +80,11 @@ func TestLocalWeigherMatchesTheHeap(t *testing.T) {
 		cfg := testConfig()
 		cfg.LocalBytes = 1 << 30
 		c := must(t)(NewLocal(cfg, testDeps(newSource(), "")))
-		lt := c.tier.(*localTier)
+		lt := c.shared.(*memory)
 		const n = 20_000
 		heap, weight := heapPerEntry(t, n, func(i int, r record) uint32 {
 			name := ByID(int64(i + 1)).name("")
-			if err := lt.set(t.Context(), name, r, time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			lt.set(name, r, time.Hour)
 			v, _ := lt.cache.GetIfPresent(name)
 			return v.weight
 		})
@@ -103,14 +101,12 @@ func TestExpiredEntriesLeaveMemory(t *testing.T) {
 	f.enable()
 	cfg := testConfig()
 	cfg.LocalBytes = 1 << 30
-	local := must(t)(NewLocal(cfg, testDeps(newSource(), ""))).tier.(*localTier)
+	local := must(t)(NewLocal(cfg, testDeps(newSource(), ""))).shared.(*memory)
 	for i := range 1000 {
 		r := record{revision: 1, id: int64(i + 1), firmID: 1, no: int64(i + 1), kind: kindActive, etag: []byte(`"e"`),
 			body: []byte(`{"id":1}`), freshUntil: time.Now().Add(time.Hour).UnixMilli()}
-		f.put(ByID(int64(i+1)), r, f.generation(), time.Now())
-		if err := local.set(t.Context(), ByID(int64(i+1)).name(""), r, life); err != nil {
-			t.Fatal(err)
-		}
+		f.keep(ByID(int64(i+1)), r, f.generation(), time.Now())
+		local.set(ByID(int64(i+1)).name(""), r, life)
 	}
 	// On a loaded machine the fill itself may outlast their life: some
 	// entries may be gone already, but not all.

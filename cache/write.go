@@ -197,7 +197,7 @@ func (c *Cache) Delete(ctx context.Context, current upstream.Listing, cond upstr
 		kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(ttl)}
 	published := trusted
 	for _, name := range c.names(gone) {
-		c.group.Forget(name)
+		c.flights.forget(name)
 		published = c.replace(ctx, name, tombstone, ttl) && published
 	}
 	c.applyInvalidations([]Invalidation{invalidationOf(gone, gone.Revision)})
@@ -216,7 +216,7 @@ func (c *Cache) afterFailedWrite(ctx context.Context, l upstream.Listing, err er
 	}
 	ctx = context.WithoutCancel(ctx)
 	for _, name := range c.names(l) {
-		c.group.Forget(name)
+		c.flights.forget(name)
 		c.forget(ctx, name, math.MaxInt64)
 	}
 	// The store may hold the next revision: nothing older may be kept.
@@ -237,15 +237,13 @@ func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, bool, e
 	for _, name := range c.names(l) {
 		// Later readers in this process must not join a flight that
 		// started before the write.
-		c.group.Forget(name)
+		c.flights.forget(name)
 		ok = c.replace(ctx, name, r, c.cfg.Fresh+c.cfg.Stale) && ok
 	}
-	if c.front != nil {
-		gen := c.front.generation()
-		c.applyInvalidations([]Invalidation{invalidationOf(l, l.Revision)})
-		c.keep(ByID(l.ID), r, gen)
-		c.keep(ByNumber(l.FirmID, l.No), r, gen)
-	}
+	gen := c.local.generation()
+	c.applyInvalidations([]Invalidation{invalidationOf(l, l.Revision)})
+	c.local.keep(ByID(l.ID), r, gen, c.now())
+	c.local.keep(ByNumber(l.FirmID, l.No), r, gen, c.now())
 	return r.entry(Miss), ok, nil
 }
 
@@ -270,108 +268,10 @@ func (c *Cache) announced(ctx context.Context, items ...Invalidation) bool {
 // replace writes r under name, or removes the key where the write fails,
 // and reports whether the key no longer holds an older version.
 func (c *Cache) replace(ctx context.Context, name string, r record, ttl time.Duration) bool {
-	err := c.tier.set(ctx, name, r, ttl)
-	c.observe(err)
-	if err != nil {
+	if err := c.writeKeys(ctx, []keyWrite{{name: name, value: r, ttl: ttl}})[0]; err != nil {
 		return c.forget(ctx, name, r.revision)
 	}
-	c.clean(name)
 	return true
-}
-
-// forget removes a key that may hold a version older than revision. Where
-// that fails too, the key is marked dirty: this process does not serve it
-// or fill it with anything older, and Repair removes it once the tier
-// answers, so other gateways stop seeing it as well (the change feed also
-// applies the write, whoever the writer was). It reports whether the key
-// was removed.
-func (c *Cache) forget(ctx context.Context, name string, revision int64) bool {
-	err := c.tier.del(ctx, name)
-	c.observe(err)
-	if err == nil {
-		c.clean(name)
-		return true
-	}
-	c.counts.incoherent.Add(1)
-	c.markDirty(name, revision)
-	c.log.ErrorContext(ctx, "cache key may hold an old version until repaired", "key", name, "err", err)
-	return false
-}
-
-func (c *Cache) dirtyRevision(name string) (int64, bool) {
-	if c.dirtyCount.Load() == 0 {
-		return 0, false // the common case takes no lock
-	}
-	c.dirtyMu.Lock()
-	defer c.dirtyMu.Unlock()
-	rev, ok := c.dirty[name]
-	return rev, ok
-}
-
-func (c *Cache) markDirty(name string, revision int64) {
-	c.dirtyMu.Lock()
-	defer c.dirtyMu.Unlock()
-	c.dirty[name] = max(c.dirty[name], revision)
-	c.dirtyCount.Store(int64(len(c.dirty)))
-	select {
-	case c.dirtied <- struct{}{}:
-	default:
-	}
-}
-
-func (c *Cache) clean(name string) {
-	if c.dirtyCount.Load() == 0 {
-		return
-	}
-	c.dirtyMu.Lock()
-	defer c.dirtyMu.Unlock()
-	delete(c.dirty, name)
-	c.dirtyCount.Store(int64(len(c.dirty)))
-}
-
-// repair removes a dirty key and reports whether it succeeded.
-func (c *Cache) repair(ctx context.Context, name string) bool {
-	err := c.tier.del(ctx, name)
-	c.observe(err)
-	if err != nil {
-		return false
-	}
-	c.clean(name)
-	return true
-}
-
-// Repair removes dirty keys every interval until ctx ends; while none is
-// dirty it sleeps until one is.
-func (c *Cache) Repair(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		if c.dirtyCount.Load() == 0 {
-			t.Stop()
-			select {
-			case <-ctx.Done():
-				return
-			case <-c.dirtied:
-			}
-			t.Reset(every)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		c.dirtyMu.Lock()
-		names := make([]string, 0, len(c.dirty))
-		for name := range c.dirty {
-			names = append(names, name)
-		}
-		c.dirtyMu.Unlock()
-		for _, name := range names {
-			if !c.repair(ctx, name) {
-				break // the tier is still failing
-			}
-		}
-	}
 }
 
 // Purge removes both keys of the listing under k from the shared tier and
@@ -382,8 +282,7 @@ func (c *Cache) Repair(ctx context.Context, every time.Duration) {
 func (c *Cache) Purge(ctx context.Context, k Key) ([]string, error) {
 	name := k.name(c.prefix)
 	it := Invalidation{ID: k.ID, FirmID: k.FirmID, No: k.No}
-	b, err := c.tier.get(ctx, name)
-	c.observe(err)
+	b, err := c.shared.get(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("cache key %s: %w", name, err)
 	}
@@ -400,13 +299,11 @@ func (c *Cache) Purge(ctx context.Context, k Key) ([]string, error) {
 		names = both[:]
 	}
 	for _, n := range names {
-		c.group.Forget(n)
-		err := c.tier.del(ctx, n)
-		c.observe(err)
-		if err != nil {
+		c.flights.forget(n)
+		if err := c.shared.del(ctx, n); err != nil {
 			return nil, fmt.Errorf("cache key %s: %w", n, err)
 		}
-		c.clean(n)
+		c.dirty.clean(n)
 	}
 	// The revision stays: the current version may be cached again at once.
 	c.applyInvalidations([]Invalidation{it})

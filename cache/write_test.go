@@ -120,26 +120,42 @@ func TestWritesPublishBothKeys(t *testing.T) {
 	}
 }
 
-// failingWrites wraps a tier and fails its writes while broken is set.
+// failingWrites wraps a shared tier and fails its writes while broken is
+// set.
 type failingWrites struct {
-	tier
+	sharedTier
 	broken atomic.Bool
 }
 
 var errBroken = errors.New("tier broken")
 
-func (f *failingWrites) set(ctx context.Context, name string, r record, ttl time.Duration) error {
-	if f.broken.Load() {
-		return errBroken
+func (f *failingWrites) errs(n int) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = errBroken
 	}
-	return f.tier.set(ctx, name, r, ttl)
+	return errs
+}
+
+func (f *failingWrites) fill(ctx context.Context, names []string, r record, ttl time.Duration) []error {
+	if f.broken.Load() {
+		return f.errs(len(names))
+	}
+	return f.sharedTier.fill(ctx, names, r, ttl)
+}
+
+func (f *failingWrites) write(ctx context.Context, writes []keyWrite) []error {
+	if f.broken.Load() {
+		return f.errs(len(writes))
+	}
+	return f.sharedTier.write(ctx, writes)
 }
 
 func (f *failingWrites) del(ctx context.Context, name string) error {
 	if f.broken.Load() {
 		return errBroken
 	}
-	return f.tier.del(ctx, name)
+	return f.sharedTier.del(ctx, name)
 }
 
 // failingWriter returns a Redis cache whose writes can be broken, and a
@@ -147,8 +163,8 @@ func (f *failingWrites) del(ctx context.Context, name string) error {
 func failingWriter(t *testing.T, src *source) (writer *Cache, tier *failingWrites, other *Cache, prefix string) {
 	t.Helper()
 	writer, rdb, prefix := newRedisCache(t, src)
-	tier = &failingWrites{tier: writer.tier}
-	writer.tier = tier
+	tier = &failingWrites{sharedTier: writer.shared}
+	writer.shared = tier
 	return writer, tier, must(t)(NewRedis(rdb, testRedisTimeout, testConfig(), testDeps(src, prefix))), prefix
 }
 
@@ -185,8 +201,8 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	repairCtx, cancel := context.WithCancel(ctx)
 	go writer.Repair(repairCtx, 5*time.Millisecond)
 	testenv.WaitFor(t, func() bool {
-		_, id := writer.dirtyRevision(prefix + "realty:id:6")
-		_, no := writer.dirtyRevision(prefix + "realty:listing:2-2")
+		_, id := writer.dirty.revision(prefix + "realty:id:6")
+		_, no := writer.dirty.revision(prefix + "realty:listing:2-2")
 		return !id && !no
 	})
 	cancel()

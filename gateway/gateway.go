@@ -36,8 +36,11 @@ import (
 // Listings reads listings from cache or store, and writes them through to
 // the store and both cache keys.
 type Listings interface {
-	Cached(k cache.Key, now time.Time) (cache.Entry, bool)
-	Get(ctx context.Context, k cache.Key) (cache.Entry, error)
+	// Local answers from the process's memory, without I/O, or says
+	// cache.ErrNotCached; Load reads on past it, the fill carrying the
+	// body in the client's coding.
+	Local(k cache.Key, now time.Time) (cache.Entry, error)
+	Load(ctx context.Context, k cache.Key, c coding.Coding) (cache.Entry, error)
 	// Variant returns an entry's body in a coding, compressed once per
 	// version.
 	Variant(e cache.Entry, c coding.Coding) ([]byte, error)

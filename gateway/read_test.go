@@ -12,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/coding"
 )
 
 func TestConditionalGet(t *testing.T) {
@@ -172,10 +173,12 @@ func TestCacheControlModes(t *testing.T) {
 // the cache does while the store fails.
 type staleListings struct{ Listings }
 
-func (staleListings) Cached(cache.Key, time.Time) (cache.Entry, bool) { return cache.Entry{}, false }
+func (staleListings) Local(cache.Key, time.Time) (cache.Entry, error) {
+	return cache.Entry{}, cache.ErrNotCached
+}
 
-func (s staleListings) Get(ctx context.Context, k cache.Key) (cache.Entry, error) {
-	e, err := s.Listings.Get(ctx, k)
+func (s staleListings) Load(ctx context.Context, k cache.Key, cod coding.Coding) (cache.Entry, error) {
+	e, err := s.Listings.Load(ctx, k, cod)
 	e.State = cache.Stale
 	e.FreshUntil = time.Now().Add(-time.Hour + time.Minute).UnixMilli() // fresh for a minute, an hour ago
 	return e, err

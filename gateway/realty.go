@@ -51,12 +51,14 @@ func (s *Server) view(c *fiber.Ctx) error {
 		return errBadPath
 	}
 	now := requestTime(c)
-	e, ok := s.cached(c, key, now)
-	if !ok {
-		var err error
-		if e, err = s.listings.Get(s.requestContext(c), key); err != nil {
-			return err
-		}
+	req := &c.Request().Header
+	cod, acceptable := coding.Negotiate(req.PeekAll(fiber.HeaderAcceptEncoding))
+	e, err := s.cached(c, key, now)
+	if err == cache.ErrNotCached { //nolint:errorlint // Local returns it bare
+		e, err = s.listings.Load(s.requestContext(c), key, cod)
+	}
+	if err != nil {
+		return err
 	}
 	if !e.Active && e.FirmID != principalOf(c).FirmID {
 		return upstream.ErrNotFound
@@ -65,8 +67,6 @@ func (s *Server) view(c *fiber.Ctx) error {
 	// ("Etag", "X-Request-Id"): SetCanonical skips normalizing them, which
 	// costs more than the rest of a hit.
 	h := &c.Response().Header
-	req := &c.Request().Header
-	cod, acceptable := coding.Negotiate(req.PeekAll(fiber.HeaderAcceptEncoding))
 	if !acceptable {
 		h.SetCanonical([]byte(fiber.HeaderVary), s.vary(e))
 		return errNotAcceptable

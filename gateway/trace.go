@@ -76,15 +76,15 @@ func traceAttr(c *fiber.Ctx) (slog.Attr, bool) {
 }
 
 // cached looks key up in the local tier, within a span when tracing.
-func (s *Server) cached(c *fiber.Ctx, key cache.Key, now time.Time) (cache.Entry, bool) {
+func (s *Server) cached(c *fiber.Ctx, key cache.Key, now time.Time) (cache.Entry, error) {
 	if s.tracer == nil {
-		return s.listings.Cached(key, now)
+		return s.listings.Local(key, now)
 	}
 	_, span := s.tracer.Start(spanContext(c), "cache local")
-	e, ok := s.listings.Cached(key, now)
-	span.SetAttributes(attribute.Bool("cache.hit", ok))
+	e, err := s.listings.Local(key, now)
+	span.SetAttributes(attribute.Bool("cache.hit", err == nil))
 	span.End()
-	return e, ok
+	return e, err
 }
 
 // headerCarrier reads W3C trace context from a request's headers.

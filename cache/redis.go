@@ -3,23 +3,19 @@ package cache
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/maypok86/otter/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/realty-gateway/gateway/breaker"
 )
-
-// tier is where records are kept. get returns nil, nil on a miss. set
-// writes unless the key already holds a newer revision. del removes a key.
-type tier interface {
-	get(ctx context.Context, name string) ([]byte, error)
-	set(ctx context.Context, name string, r record, ttl time.Duration) error
-	del(ctx context.Context, name string) error
-}
 
 // guardedSet writes ARGV[1] with a PX of ARGV[3] unless the key holds a
 // record whose revision is greater than ARGV[2]. One key per call, so the
@@ -61,34 +57,9 @@ type redisTier struct {
 	fault func()
 }
 
-// NewRedis returns a cache whose shared tier is Redis. Each Redis
-// operation is bounded by opTimeout. With cfg.LocalBytes above zero, an
-// in-process tier stands in front of Redis; Run must then be running for
-// it to serve (see invalidator). Writes announce themselves to the other
-// gateways whether or not this one has a local tier.
-func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, deps Deps, opts ...Option) (*Cache, error) {
-	err := deps.validate(cfg)
-	if rdb == nil {
-		err = errors.Join(err, errors.New("cache: redis client is required"))
-	}
-	if opTimeout <= 0 {
-		err = errors.Join(err, errors.New("cache: redis timeout must be positive"))
-	}
-	if err != nil {
-		return nil, err
-	}
-	cb := gobreaker.NewCircuitBreaker[[]byte](breaker.FastFail("redis", deps.Log))
-	t := &redisTier{rdb: rdb, pipe: pipeOf(rdb), timeout: opTimeout, cb: cb}
-	c, err := newCache(t, cfg, deps, opts)
-	if err != nil {
-		return nil, err
-	}
-	t.fault = c.trust.distrust
-	if cfg.LocalBytes > 0 {
-		c.front = newFront(cfg.LocalBytes, cfg.LocalMaxAge)
-	}
-	c.inv = newInvalidator(rdb, deps.Prefix, cfg.InvalidationWait, opTimeout, c.front, c.applyInvalidations, c.trust.distrust, deps.Log)
-	return c, nil
+func newRedisTier(rdb redis.UniversalClient, opTimeout time.Duration, log *slog.Logger) *redisTier {
+	cb := gobreaker.NewCircuitBreaker[[]byte](breaker.FastFail("redis", log))
+	return &redisTier{rdb: rdb, pipe: pipeOf(rdb), timeout: opTimeout, cb: cb, fault: func() {}}
 }
 
 // do runs one Redis operation under the breaker and the operation timeout.
@@ -148,34 +119,38 @@ func (t *redisTier) read(ctx context.Context, name string) ([]byte, error) {
 	return cmd.Bytes()
 }
 
-// set writes one key on its own connection: a write's publication waits
-// for it, and a refused connection fails there sooner than in the shared
-// pipeline.
-func (t *redisTier) set(ctx context.Context, name string, r record, ttl time.Duration) error {
-	call := scriptCall{script: guardedSet, key: name, args: guardedSetArgs(r, ttl)}
-	return t.runEach(ctx, nil, []scriptCall{call})[0]
-}
-
 // guardedSetArgs are guardedSet's ARGV for r kept for ttl.
 func guardedSetArgs(r record, ttl time.Duration) []any {
 	return []any{r.encode(), r.revision, ttl.Milliseconds()}
 }
 
-// multiSetter is a tier that writes several keys in one round trip.
-type multiSetter interface {
-	setEach(ctx context.Context, names []string, r record, ttl time.Duration) []error
-}
-
-// setEach writes r under each name through the one-key guarded script, so
-// the keys may live in different Cluster slots. A miss fills its keys so,
-// sharing round trips with other requests' reads and fills.
-func (t *redisTier) setEach(ctx context.Context, names []string, r record, ttl time.Duration) []error {
+// fill writes r under each name through the one-key guarded script, so
+// the keys may live in different Cluster slots, sharing round trips with
+// other requests' reads and fills.
+func (t *redisTier) fill(ctx context.Context, names []string, r record, ttl time.Duration) []error {
 	args := guardedSetArgs(r, ttl) // one encoding for every key
 	calls := make([]scriptCall, len(names))
 	for i, name := range names {
 		calls[i] = scriptCall{script: guardedSet, key: name, args: args}
 	}
 	return t.runEach(ctx, t.pipe, calls)
+}
+
+// write runs every write's script in one pipeline of its own (see
+// runEach), a single one on its own connection: a write's publication
+// waits for it, and a refused connection fails there sooner than in the
+// shared pipeline. Each key is its own command, so keys may live in
+// different Cluster slots.
+func (t *redisTier) write(ctx context.Context, writes []keyWrite) []error {
+	calls := make([]scriptCall, len(writes))
+	for i, w := range writes {
+		calls[i] = scriptCall{script: guardedSet, key: w.name, args: guardedSetArgs(w.value, w.ttl)}
+		if w.ifCached {
+			calls[i].script = refreshOrFloor
+			calls[i].args = append(calls[i].args, w.floor.encode(), time.Until(time.UnixMilli(w.floor.freshUntil)).Milliseconds())
+		}
+	}
+	return t.runEach(ctx, nil, calls)
 }
 
 // scriptCall is one run of a one-key script.
@@ -289,118 +264,125 @@ func (t *redisTier) del(ctx context.Context, name string) error {
 	return err
 }
 
-// localTier is the only tier of a gateway without Redis: records by key,
-// bounded by bytes (S3-FIFO through otter).
-type localTier struct {
-	mu    sync.Mutex // makes the revision check and the write one step
-	cache *otter.Cache[string, localValue]
-	now   func() time.Time
-}
+func (t *redisTier) breakerState() breaker.State { return breaker.StateOf(t.cb) }
 
-// localValue keeps a record both parsed, for hits, and encoded, for the
-// tier interface.
-type localValue struct {
-	r       record
-	b       []byte
-	expires time.Time
-	weight  uint32 // what it costs the heap, for the byte bound
-}
+// refreshOrFloor brings a cached copy up to date: a key that holds an
+// older revision (a listing, an absence or a floor) gets ARGV[1] for
+// ARGV[3] ms; a key that holds nothing gets the floor ARGV[4] for ARGV[5]
+// ms, so that a read of the old version in flight cannot fill it, without
+// filling Redis with listings nobody reads. A key that holds this revision
+// or a newer one is left alone.
+var refreshOrFloor = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local rev = tonumber(string.match(cur, '^v1 (%d+) '))
+  if rev and rev >= tonumber(ARGV[2]) then
+    return 0
+  end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+  return 1
+end
+redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
+return 2
+`)
 
-// localValueOverhead is what a value costs the heap beyond its encoded
-// record: its key, the value, otter's node and its expiry bookkeeping.
-// Measured by TestLocalWeigherMatchesTheHeap.
-const localValueOverhead = 192
+// addVariantsScript replaces a key's record with ARGV[3], which carries
+// more variants, where the key still holds the version of revision ARGV[1]
+// and tag ARGV[2]; the key's expiry stays. One key per call, so the keys
+// may live in different Cluster slots.
+const addVariantsScript = `
+local cur = redis.call('GET', KEYS[1])
+if not cur then
+  return 0
+end
+local rev, etag = string.match(cur, '^v1 (%d+) %S+ %S+ %S+ %S+ %a (%S+)')
+if rev ~= ARGV[1] or etag ~= ARGV[2] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
+return 1
+`
 
-// NewLocal returns a cache kept in this process, holding at most
-// cfg.LocalBytes of records. It does not cache absence found by a read:
-// another process (an import) cannot clear this process's memory, and a
-// cached "absent" would hide its new listings. Deletes made here are
-// cached as absent.
-func NewLocal(cfg Config, deps Deps, opts ...Option) (*Cache, error) {
-	err := deps.validate(cfg)
-	if cfg.LocalBytes <= 0 {
-		err = errors.Join(err, errors.New("cache.localBytes must be positive without Redis: it is the only cache"))
+// addVariants adds r's variants to the records under names. It is best
+// effort and does not wait: the commands go out in the auto-pipeline's
+// next batch, with the script's source (EVAL), so that no answer needs
+// reading. A failure costs a later read the compression, and the script
+// cannot replace a newer version, so it is not a sign that Redis missed a
+// write; neither the breaker nor the trust in Redis hears of it.
+func (t *redisTier) addVariants(names []string, r record) {
+	if t.pipe == nil || t.cb.State() == gobreaker.StateOpen {
+		return
 	}
+	ctx := context.Background()
+	value := r.encode()
+	for _, name := range names {
+		cmd := redis.NewCmd(ctx, "eval", addVariantsScript, 1, name, r.revision, string(r.etag), value)
+		cmd.SetFirstKeyPos(3) // the key's slot, on a cluster
+		t.pipe.Submit(ctx, cmd)
+	}
+}
+
+// identity names the Redis behind the client: the run ids of its
+// masters, which change with every restart and failover.
+func (t *redisTier) identity(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 4*t.timeout)
+	defer cancel()
+	return redisIdentity(ctx, t.rdb)
+}
+
+func redisIdentity(ctx context.Context, rdb redis.UniversalClient) (string, error) {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		var (
+			mu  sync.Mutex
+			ids []string
+		)
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			id, err := runID(ctx, node)
+			mu.Lock()
+			defer mu.Unlock()
+			ids = append(ids, id)
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		slices.Sort(ids)
+		return strings.Join(ids, ","), nil
+	}
+	return runID(ctx, rdb)
+}
+
+func runID(ctx context.Context, rdb redis.Cmdable) (string, error) {
+	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	cfg.Negative = 0
-	c := otter.Must(&otter.Options[string, localValue]{
-		MaximumWeight: uint64(cfg.LocalBytes), // positive: checked above
-		Weigher:       func(_ string, v localValue) uint32 { return v.weight },
-		// An entry leaves memory when it expires, not when the byte bound
-		// evicts it.
-		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, localValue]) time.Duration {
-			return time.Until(e.Value.expires)
-		}),
-	})
-	return newCache(&localTier{cache: c, now: time.Now}, cfg, deps, opts)
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", errors.New("redis INFO names no run_id")
 }
 
-func (t *localTier) get(_ context.Context, name string) ([]byte, error) {
-	v, ok := t.cache.GetIfPresent(name)
-	if !ok || !t.now().Before(v.expires) {
-		return nil, nil
-	}
-	return v.b, nil
-}
-
-// record returns the parsed record under name, without parsing.
-func (t *localTier) record(name string, now time.Time) (record, bool) {
-	v, ok := t.cache.GetIfPresent(name)
-	if !ok || !now.Before(v.expires) {
-		return record{}, false
-	}
-	return v.r, true
-}
-
-func (t *localTier) set(_ context.Context, name string, r record, ttl time.Duration) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if cur, ok := t.cache.GetIfPresent(name); ok && t.now().Before(cur.expires) && cur.r.revision > r.revision {
-		return nil
-	}
-	// The value keeps the body and tag in b, its encoded form, and shares
-	// the variants with r: both keys of a version, written together,
-	// compress it once. Every variant of a record made in this process was
-	// kept since (variants.added counts it).
-	shared := r.variants
-	r.variants = nil
-	b := r.encode()
-	parsed, err := decodeRecord(b) // its slices point into b: one copy kept
-	if err != nil {
+// empty reports whether Redis holds no key at all.
+func (t *redisTier) empty(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 4*t.timeout)
+	defer cancel()
+	var keys atomic.Int64
+	count := func(ctx context.Context, node redis.Cmdable) error {
+		n, err := node.DBSize(ctx).Result()
+		keys.Add(n)
 		return err
 	}
-	if shared != nil {
-		parsed.variants = shared
+	var err error
+	if cc, isCluster := t.rdb.(*redis.ClusterClient); isCluster {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return count(ctx, node) })
+	} else {
+		err = count(ctx, t.rdb)
 	}
-	t.cache.Set(name, localValue{r: parsed, b: b, expires: t.now().Add(ttl), weight: localWeight(name, b, shared)})
-	return nil
-}
-
-// reweigh charges name's value again, where it holds the version whose
-// variants v are: a variant was added to it. Its encoded form stays
-// without: a read through it only compresses again.
-func (t *localTier) reweigh(name string, v *variants) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.cache.ComputeIfPresent(name, func(cur localValue) (localValue, otter.ComputeOp) {
-		if cur.r.variants != v {
-			return cur, otter.CancelOp
-		}
-		cur.weight = localWeight(name, cur.b, v)
-		return cur, otter.WriteOp
-	})
-}
-
-// localWeight is what a value costs the heap: its key, its encoded record
-// (which its parsed record's slices point into), its variants made since,
-// and the overhead.
-func localWeight(name string, b []byte, v *variants) uint32 {
-	return uint32(min(len(name)+sizeClass(cap(b))+v.size()+localValueOverhead, 1<<31))
-}
-
-func (t *localTier) del(_ context.Context, name string) error {
-	t.cache.Invalidate(name)
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("redis size: %w", err)
+	}
+	return keys.Load() == 0, nil
 }

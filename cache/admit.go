@@ -1,0 +1,52 @@
+package cache
+
+// verdict is admission's answer: whether a copy may answer a read, and if
+// not, why.
+type verdict uint8
+
+const (
+	admitted  verdict = iota // a fresh listing: serve it
+	absent                   // a fresh "no such listing": answer 404
+	expired                  // past its freshness
+	untrusted                // a Redis copy while Redis may have missed a write (trust.go)
+	dirty                    // a key that a write could not update (dirty.go)
+	floored                  // a floor: it holds nothing to serve
+	foreign                  // another listing's copy, or a value written under the wrong key
+	missing                  // nothing readable was found
+)
+
+// fallback reports whether a copy of this verdict may answer while the
+// store fails (stale-if-error): one that is only old or only untrusted.
+// The caller checks that it is a listing, not an absence.
+func (v verdict) fallback() bool { return v == expired || v == untrusted }
+
+// origin is the tier a copy was read from.
+type origin uint8
+
+const (
+	fromLocal  origin = iota // this process's memory, kept coherent by this process
+	fromShared               // Redis, which other gateways write and which may miss writes
+)
+
+// admit says whether copy r, found under k in the tier from, may answer a
+// read at now (unix ms). Every read path asks it: Local, the flight's
+// look at the shared tier, and through them Get, Load and the gateway.
+// The checks run cheapest and most common first: a hit costs a few
+// compares and, for a Redis copy, two atomic loads.
+func (c *Cache) admit(k Key, r *record, now int64, from origin) verdict {
+	switch {
+	case r.kind == kindFloor:
+		return floored
+	case !r.belongsTo(k):
+		return foreign
+	case from == fromShared && c.dirty.has(k, c.prefix):
+		return dirty
+	case from == fromShared && !c.trust.allows(k):
+		return untrusted
+	case now >= r.freshUntil:
+		return expired
+	case r.kind == kindAbsent:
+		return absent
+	}
+	return admitted
+}

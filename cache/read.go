@@ -1,0 +1,227 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/realty-gateway/gateway/coding"
+	"github.com/realty-gateway/gateway/upstream"
+)
+
+// A listing read, in call order:
+//
+//	Get ─ Local:      the local tier, no I/O; admit the copy it holds
+//	    └ Load:       coalescing: one flight per key (flights.go)
+//	        flight:   the shared tier (Redis); admit the copy it holds
+//	        loadStore: the store; a failing store falls back on a stale copy
+//	        fill:     both keys, version-guarded, then the local tier
+//
+// A caller that answers hot listings before it sets up anything for a
+// miss (the gateway) calls Local, then Load.
+
+// ErrNotCached is Local's answer where this process holds no copy it may
+// serve: the read goes on with Load.
+var ErrNotCached = errors.New("not in this process's cache")
+
+// Get returns the listing under k. It returns upstream.ErrNotFound for a
+// listing that does not exist and upstream.ErrUnavailable when the store
+// fails and nothing usable is cached. It returns by ctx's deadline, as
+// Load does.
+func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
+	e, err := c.Local(k, c.now())
+	if err == ErrNotCached { //nolint:errorlint // Local returns it bare
+		return c.Load(ctx, k, coding.Identity)
+	}
+	return e, err
+}
+
+// Local answers from this process's memory alone: a fresh listing, or
+// upstream.ErrNotFound for a listing it knows deleted, else ErrNotCached.
+// It does no I/O.
+func (c *Cache) Local(k Key, now time.Time) (Entry, error) {
+	r, ok := c.local.lookup(k, now)
+	if !ok {
+		return Entry{}, ErrNotCached
+	}
+	switch c.admit(k, &r, now.UnixMilli(), fromLocal) {
+	case admitted:
+		c.counts.hits.Add(1)
+		if c.front != nil {
+			c.counts.localHits.Add(1)
+		}
+		return r.entry(Hit), nil
+	case absent:
+		c.counts.negative.Add(1)
+		return Entry{}, notFound(k.name(c.prefix))
+	}
+	return Entry{}, ErrNotCached
+}
+
+// Cached is Local for a caller that wants only a listing.
+func (c *Cache) Cached(k Key, now time.Time) (Entry, bool) {
+	e, err := c.Local(k, now)
+	return e, err == nil
+}
+
+// Load reads k past the local tier: it joins or starts the key's flight
+// (flights.go), which reads the shared tier, then the store, and fills
+// both keys. A fill for a client that accepts coding cod carries the body
+// compressed with it. Load returns by ctx's deadline, with ctx's error
+// when that comes first, while the flight goes on for the other callers.
+func (c *Cache) Load(ctx context.Context, k Key, cod coding.Coding) (Entry, error) {
+	name := k.name(c.prefix)
+	ctx, endWait := c.traceWait(ctx)
+	res, err := c.flights.join(ctx, name, c.RedisTrusted(), c.loadTimeout, func() (any, error) {
+		return c.flight(ctx, k, name, cod)
+	})
+	if err != nil { // the caller's context ended first
+		endWait(false, err)
+		return Entry{}, err
+	}
+	return c.answer(res, endWait)
+}
+
+// loaded is what a flight found.
+type loaded struct {
+	r     record
+	state State
+	// absent: a cached "no such listing" answered.
+	absent bool
+}
+
+// flight runs once per key at a time, within the load timeout, detached
+// from the leader's cancellation. Its look at the shared tier is also the
+// second look of groupcache's load: a flight that ended since the
+// caller's look at the local tier filled it.
+func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Coding) (loaded, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.loadTimeout)
+	defer cancel()
+	gen := c.local.generation() // before the read whose result it keeps
+	r, v := c.readShared(ctx, k, name)
+	switch v {
+	case admitted:
+		c.local.keep(k, r, gen, c.now())
+		return loaded{r: r, state: Hit}, nil
+	case absent:
+		return loaded{absent: true}, notFound(name)
+	}
+	return c.loadStore(ctx, k, name, r, v, gen, cod)
+}
+
+// readShared reads k from the shared tier and admits what it holds.
+// Errors and unreadable values are misses; a dirty key is removed first.
+func (c *Cache) readShared(ctx context.Context, k Key, name string) (record, verdict) {
+	b, err := c.shared.get(ctx, name)
+	if err != nil || b == nil {
+		return record{}, missing
+	}
+	r, err := decodeRecord(b)
+	if err != nil {
+		c.counts.corrupt.Add(1)
+		c.log.WarnContext(ctx, "cache value unreadable, treated as miss", "key", name, "err", err)
+		return record{}, missing
+	}
+	v := c.admit(k, &r, c.now().UnixMilli(), fromShared)
+	switch v {
+	case foreign:
+		c.counts.corrupt.Add(1)
+		c.log.WarnContext(ctx, "cache value unreadable, treated as miss", "key", name, "err", errForeign)
+	case dirty:
+		c.repair(ctx, name)
+	}
+	return r, v
+}
+
+// loadStore reads k from the store and fills both keys. prev is the
+// shared tier's copy, with its verdict: a failing store falls back on it
+// where it is a listing that only aged or is distrusted.
+func (c *Cache) loadStore(ctx context.Context, k Key, name string, prev record, v verdict, gen uint64, cod coding.Coding) (loaded, error) {
+	c.counts.storeLoads.Add(1)
+	var e upstream.Encoded
+	var err error
+	if k.ID > 0 {
+		e, err = c.src.EncodedByID(ctx, k.ID)
+	} else {
+		e, err = c.src.EncodedByNumber(ctx, k.FirmID, k.No)
+	}
+	switch {
+	case errors.Is(err, upstream.ErrNotFound):
+		absence := record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}
+		c.remember(ctx, absence, c.cfg.Negative, name)
+		return loaded{}, err
+	case err != nil && v.fallback() && prev.kind != kindAbsent:
+		c.log.DebugContext(ctx, "serving stale listing", "key", name, "err", err)
+		return loaded{r: prev, state: Stale}, nil
+	case err != nil:
+		return loaded{}, err
+	}
+	r := c.recordOfEncoded(e)
+	if cod != coding.Identity {
+		c.compressInto(r, cod) // the fill carries it: no later round trip adds it
+	}
+	c.fill(ctx, k, r, gen)
+	return loaded{r: r, state: Miss}, nil
+}
+
+// fill writes r under both of its keys, then keeps it in the local tier
+// under k, once per flight, under the generation taken before the read,
+// and before the flight ends: the next flight's look finds it.
+func (c *Cache) fill(ctx context.Context, k Key, r record, gen uint64) {
+	names := [2]string{ByID(r.id).name(c.prefix), ByNumber(r.firmID, r.no).name(c.prefix)}
+	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, names[:]...)
+	c.local.keep(k, r, gen, c.now())
+}
+
+// remember writes r under names in the shared tier, each guarded by its
+// revision, in one round trip where the tier can; a failed write only
+// costs a later miss. A name that a write could not update takes nothing
+// older than that write.
+func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, names ...string) {
+	if ttl <= 0 {
+		return
+	}
+	names = slices.DeleteFunc(names, func(name string) bool {
+		rev, dirty := c.dirty.revision(name)
+		return dirty && r.revision < rev
+	})
+	for i, err := range c.shared.fill(ctx, names, r, ttl) {
+		if err == nil {
+			c.dirty.clean(names[i]) // it now holds what the store has
+		}
+	}
+}
+
+// answer turns a flight's result into the caller's entry and counts it.
+func (c *Cache) answer(res singleflight.Result, endWait func(shared bool, err error)) (Entry, error) {
+	endWait(res.Shared, res.Err)
+	if res.Shared {
+		c.counts.shared.Add(1)
+	}
+	l, _ := res.Val.(loaded)
+	if l.absent {
+		c.counts.negative.Add(1)
+	}
+	if res.Err != nil {
+		return Entry{}, res.Err
+	}
+	switch l.state {
+	case Hit:
+		c.counts.hits.Add(1)
+		c.counts.tierHits.Add(1)
+	case Stale:
+		c.counts.stale.Add(1)
+	default:
+		c.counts.misses.Add(1)
+	}
+	return l.r.entry(l.state), nil
+}
+
+// notFound is the error of a listing known absent under name.
+func notFound(name string) error {
+	return fmt.Errorf("listing %s: %w", name, upstream.ErrNotFound)
+}
