@@ -117,6 +117,11 @@ type Entry struct {
 	// always in a later second than the version before (see
 	// upstream.Listing.Modified); 0: unknown.
 	LastModified int64
+	// LastModifiedDate is LastModified as an HTTP date (IMF-fixdate),
+	// made once for a copy kept in this process; nil where the caller
+	// formats it: a copy read from Redis, or a recorded time still ahead
+	// of the clock.
+	LastModifiedDate []byte
 
 	// revision and variants are the version's, for Variant; held is its
 	// record's, for the tiers' weighers.
@@ -132,7 +137,7 @@ func (e Entry) record() record {
 		k = kindActive
 	}
 	return record{revision: e.revision, freshUntil: e.FreshUntil, id: e.ID, firmID: e.FirmID, no: e.No, kind: k,
-		etag: e.ETag, body: e.Body, modified: e.LastModified, variants: e.variants, held: e.held}
+		etag: e.ETag, body: e.Body, modified: e.LastModified, date: e.LastModifiedDate, variants: e.variants, held: e.held}
 }
 
 // Config holds the lifetimes and bounds of the cache.
@@ -420,5 +425,6 @@ func (c *Cache) until(d time.Duration) int64 {
 
 func (r record) entry(s State) Entry {
 	return Entry{ID: r.id, Body: r.body, ETag: r.etag, FirmID: r.firmID, No: r.no, Active: r.kind == kindActive, State: s,
-		FreshUntil: r.freshUntil, LastModified: r.modified, revision: r.revision, variants: r.variants, held: r.held}
+		FreshUntil: r.freshUntil, LastModified: r.modified, LastModifiedDate: r.date, revision: r.revision, variants: r.variants,
+		held: r.held}
 }

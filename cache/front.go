@@ -106,6 +106,7 @@ func (f *front) keep(k Key, r record, gen uint64, now time.Time) {
 	if fl, ok := f.floors[r.id]; ok && r.revision < fl.revision && now.Before(fl.until) {
 		return
 	}
+	r = r.withDate(now)
 	f.cache.Set(k, &frontEntry{r: r, expires: expires, weight: r.weight(frontEntryOverhead)})
 	if expires > f.until.Load() {
 		f.until.Store(expires)

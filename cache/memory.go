@@ -127,7 +127,9 @@ func (m *memory) set(name string, r record, ttl time.Duration) {
 	if shared != nil {
 		parsed.variants = shared
 	}
-	m.cache.Set(name, localValue{r: parsed, b: b, expires: m.now().Add(ttl), weight: localWeight(name, b, shared)})
+	parsed = parsed.withDate(m.now())
+	weight := localWeight(name, b, shared) + uint32(sizeClass(cap(parsed.date)))
+	m.cache.Set(name, localValue{r: parsed, b: b, expires: m.now().Add(ttl), weight: weight})
 }
 
 func (m *memory) del(_ context.Context, name string) error {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"math/bits"
+	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/realty-gateway/gateway/coding"
 )
@@ -54,6 +56,9 @@ type record struct {
 	// modified is the version's Last-Modified in unix milliseconds; 0:
 	// none.
 	modified int64
+	// date is modified as an HTTP date, for copies kept in process (see
+	// withDate); nil otherwise.
+	date []byte
 	// variants are the compressed bodies, shared by every copy of a
 	// listing's record in this process; nil for absence and floors.
 	variants *variants
@@ -226,6 +231,9 @@ func (r record) weight(overhead int) uint32 {
 	if n == 0 {
 		n = cap(r.body) + len(r.etag) + recordHeader
 	}
+	if r.date != nil {
+		overhead += sizeClass(cap(r.date))
+	}
 	return uint32(min(sizeClass(n)+r.variants.size()+overhead, 1<<31))
 }
 
@@ -245,4 +253,18 @@ func sizeClass(n int) int {
 		step = 64
 	}
 	return (n + step - 1) / step * step
+}
+
+// withDate returns r with its Last-Modified formatted as an HTTP date
+// (IMF-fixdate), once for a copy kept in process rather than on every
+// hit. A time still ahead of now (a burst of writes records times ahead
+// of the clock) is left to the answer, which sends no later than its own
+// time.
+func (r record) withDate(now time.Time) record {
+	sec := r.modified / 1000
+	if r.modified <= 0 || sec > now.Unix() || r.date != nil {
+		return r
+	}
+	r.date = time.Unix(sec, 0).UTC().AppendFormat(make([]byte, 0, len(http.TimeFormat)), http.TimeFormat)
+	return r
 }

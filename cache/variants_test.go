@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -310,6 +311,56 @@ func TestRecordKeepsLastModified(t *testing.T) {
 	} {
 		if _, err := decodeRecord([]byte(bad)); err == nil {
 			t.Errorf("decodeRecord(%q) = nil error; want corrupt", bad)
+		}
+	}
+}
+
+// TestCompressingMissCarriesItsVariant: a miss for a client that accepts
+// a coding fills both keys with the body compressed in it, in the same two
+// guarded sets: no later round trip adds the variant, and the answer
+// needs no compression of its own.
+func TestCompressingMissCarriesItsVariant(t *testing.T) {
+	rdb, prefix := redisFor(t)
+	trips := &roundTrips{}
+	rdb.AddHook(trips)
+	cfg := testConfig()
+	cfg.LocalBytes = 0
+	c := must(t)(NewRedis(rdb, time.Second, cfg, testDeps(newSource(listing(42, 7, 3, true)), prefix)))
+	ctx := context.Background()
+	e, err := c.Load(ctx, ByID(42), coding.Gzip)
+	if err != nil || e.State != Miss {
+		t.Fatalf("Load = %v, %v; want a MISS", e.State, err)
+	}
+	b, err := c.Variant(e, coding.Gzip)
+	if err != nil || !bytes.Equal(inflate(t, coding.Gzip, b), e.Body) {
+		t.Fatalf("gzip variant: %v", err)
+	}
+	if n := c.Stats().Compressed; n != 1 {
+		t.Errorf("%d compressions; want the fill's one", n)
+	}
+	time.Sleep(100 * time.Millisecond) // an extra write would go out with the auto-pipeline's next batch
+	trips.mu.Lock()
+	var sent []string
+	for _, p := range trips.pipelines {
+		sent = append(sent, p...)
+	}
+	sent = slices.DeleteFunc(append(sent, trips.commands...), func(name string) bool { return name == "hello" || name == "client" })
+	trips.mu.Unlock()
+	sends := map[string]int{}
+	for _, name := range sent {
+		sends[name]++
+	}
+	if len(sends) != 2 || sends["get"] != 1 || sends["evalsha"] != 2 {
+		t.Fatalf("a compressing miss sent %v; want one GET and two guarded sets", sent)
+	}
+	for _, k := range []Key{ByID(42), ByNumber(7, 3)} {
+		v, err := rdb.Get(ctx, k.name(prefix)).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := decodeRecord(v)
+		if err != nil || !bytes.Equal(r.variants.get(coding.Gzip), b) {
+			t.Fatalf("%s holds no gzip variant: %v", k.name(prefix), err)
 		}
 	}
 }

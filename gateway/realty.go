@@ -119,7 +119,10 @@ var errNotAcceptable = &problem{status: fiber.StatusNotAcceptable,
 func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry, etag []byte, now time.Time) {
 	h := &c.Response().Header
 	h.SetCanonical([]byte("Etag"), etag)
-	if e.LastModified > 0 {
+	switch {
+	case e.LastModifiedDate != nil: // made once per version kept in process
+		h.SetCanonical([]byte(fiber.HeaderLastModified), e.LastModifiedDate)
+	case e.LastModified > 0:
 		var date [32]byte
 		h.SetCanonical([]byte(fiber.HeaderLastModified), appendLastModified(date[:0], e.LastModified, now))
 	}
