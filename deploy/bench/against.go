@@ -219,7 +219,7 @@ func (l *lab) startRelease(ctx context.Context) error {
 			return fmt.Errorf("%s answers other bytes than %s", c.name, releaseCases[0].name)
 		}
 	}
-	return nil
+	return l.awaitFeedDrained(ctx, feedSettleWait)
 }
 
 // settingsDiff is the configuration the two builds do not share.

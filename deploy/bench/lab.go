@@ -92,9 +92,15 @@ func (l *lab) prepare(ctx context.Context) error {
 	case l.opts.feed, l.opts.importBench: // they start their own gateways
 		return nil
 	case l.opts.cases:
-		return l.startAll(ctx, false)
+		if err := l.startAll(ctx, false); err != nil {
+			return err
+		}
+		return l.awaitFeedDrained(ctx, feedSettleWait)
 	case l.opts.miss:
-		return l.startMiss(ctx)
+		if err := l.startMiss(ctx); err != nil {
+			return err
+		}
+		return l.awaitFeedDrained(ctx, feedSettleWait)
 	case l.opts.codings:
 		return l.startCodings(ctx)
 	case l.opts.tokens:

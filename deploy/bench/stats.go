@@ -1,6 +1,11 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 )
@@ -61,4 +66,45 @@ func (t tiers) shares() (local, redis, store float64) {
 		return 0, 0, 0
 	}
 	return float64(t.local) / n, float64(t.redis) / n, float64(t.store+t.stale) / n
+}
+
+// feedSettleWait bounds awaitFeedDrained.
+const feedSettleWait = 3 * time.Minute
+
+// awaitFeedDrained waits, at most within, until the change feed's
+// consumer has no backlog (the seed's import leaves one) and every
+// gateway with Redis trusts it, so that no run measures the consumer
+// catching up, or a gateway that serves no Redis entry. It reports what
+// it waited for where the time ran out.
+func (l *lab) awaitFeedDrained(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		pending := ""
+		for _, s := range l.servers {
+			if s.admin == "" {
+				continue
+			}
+			st, err := (&gatewaytest.Process{AdminBase: "http://" + s.admin}).ReadStats()
+			switch {
+			case err != nil:
+				pending = fmt.Sprintf("%s: %v", s.name, err)
+			case st.Feed.Consumer && st.Feed.Backlog > 0:
+				pending = fmt.Sprintf("%s: a backlog of %d changes", s.name, st.Feed.Backlog)
+			case !s.redisless && !st.Cache.RedisTrusted:
+				pending = fmt.Sprintf("%s: Redis not trusted yet", s.name)
+			}
+		}
+		if pending == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			log.Printf("the change feed did not settle within %v (%s); measuring anyway", within, pending)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
