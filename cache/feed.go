@@ -57,7 +57,7 @@ func (c *Cache) Apply(ctx context.Context, changes []Change) []error {
 		}
 	}
 	c.applyInvalidations(items)
-	if err := c.announceItems(ctx, items); err != nil {
+	if err := c.announce(ctx, items...); err != nil {
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = err
@@ -144,9 +144,12 @@ func (c *Cache) writeKeys(ctx context.Context, writes []keyWrite) []error {
 	return errs
 }
 
-// announceItems tells the other gateways, as a write does, and says
-// whether the announcement went out. Without Redis there is nobody to tell.
-func (c *Cache) announceItems(ctx context.Context, items []Invalidation) error {
+// announce tells the other gateways sharing Redis to drop older versions,
+// and waits for them within the invalidation wait; this gateway has
+// applied the items already. An announcement that did not go out is
+// logged and returned (ErrNotAnnounced): the change feed repeats what a
+// writer did not settle. Without Redis there is nobody to tell.
+func (c *Cache) announce(ctx context.Context, items ...Invalidation) error {
 	if c.inv == nil || len(items) == 0 {
 		return nil
 	}

@@ -60,7 +60,7 @@ func (c *Cache) Import(ctx context.Context, ls []upstream.Listing) ([]Written, e
 		published = published && ok
 		items[i] = invalidationOf(l, l.Revision)
 	}
-	published = c.announced(ctx, items...) && published
+	published = c.announce(ctx, items...) == nil && published
 	if !published {
 		c.awaitFeed(ctx, stored...)
 	}
@@ -146,7 +146,7 @@ func (c *Cache) floorNew(ctx context.Context, items []Invalidation) error {
 		}
 	}
 	c.applyInvalidations(items)
-	return c.announceItems(ctx, items)
+	return c.announce(ctx, items...)
 }
 
 // Resolve reads the stored listing under k, bypassing the cache: writes
@@ -173,7 +173,7 @@ func (c *Cache) Replace(ctx context.Context, current, next upstream.Listing, con
 	if err != nil {
 		return Written{}, err
 	}
-	published := c.announced(ctx, invalidationOf(stored, stored.Revision)) && ok && trusted
+	published := c.announce(ctx, invalidationOf(stored, stored.Revision)) == nil && ok && trusted
 	if !published {
 		c.awaitFeed(ctx, stored)
 	}
@@ -201,7 +201,7 @@ func (c *Cache) Delete(ctx context.Context, current upstream.Listing, cond upstr
 		published = c.replace(ctx, name, tombstone, ttl) && published
 	}
 	c.applyInvalidations([]Invalidation{invalidationOf(gone, gone.Revision)})
-	published = c.announced(ctx, invalidationOf(gone, gone.Revision)) && published
+	published = c.announce(ctx, invalidationOf(gone, gone.Revision)) == nil && published
 	if !published {
 		c.awaitFeed(ctx, gone)
 	}
@@ -222,7 +222,7 @@ func (c *Cache) afterFailedWrite(ctx context.Context, l upstream.Listing, err er
 	// The store may hold the next revision: nothing older may be kept.
 	unknown := invalidationOf(l, l.Revision+1)
 	c.applyInvalidations([]Invalidation{unknown})
-	c.announce(ctx, unknown)
+	_ = c.announce(ctx, unknown) // the change feed repeats what was not announced
 }
 
 // publish writes l under both keys and reports whether both took it (or
@@ -249,20 +249,6 @@ func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, bool, e
 
 func invalidationOf(l upstream.Listing, revision int64) Invalidation {
 	return Invalidation{ID: l.ID, FirmID: l.FirmID, No: l.No, Revision: revision}
-}
-
-// announce tells the other gateways sharing Redis to drop older versions,
-// and waits for them within the invalidation wait. This gateway has
-// applied the items already.
-func (c *Cache) announce(ctx context.Context, items ...Invalidation) {
-	c.announced(ctx, items...)
-}
-
-// announced announces items and reports whether the announcement went out
-// (a failure is logged; the change feed repeats what a writer did not
-// settle).
-func (c *Cache) announced(ctx context.Context, items ...Invalidation) bool {
-	return c.inv == nil || c.inv.announce(ctx, items) == nil
 }
 
 // replace writes r under name, or removes the key where the write fails,
@@ -307,6 +293,6 @@ func (c *Cache) Purge(ctx context.Context, k Key) ([]string, error) {
 	}
 	// The revision stays: the current version may be cached again at once.
 	c.applyInvalidations([]Invalidation{it})
-	c.announce(ctx, it)
+	_ = c.announce(ctx, it) // the change feed repeats what was not announced
 	return names, nil
 }

@@ -101,6 +101,7 @@ func main() {
 	flag.Float64Var(&opts.zipfS, "zipf-s", 1.1, "with -longtail: the Zipf exponent of the requests (> 1)")
 	flag.IntVar(&opts.memoryListings, "memory-listings", 100_000, "with -memory: listings read once each")
 	flag.BoolVar(&opts.profile, "profile", true, "with -miss: record a profile of each miss case with perf")
+	flag.IntVar(&opts.profileLines, "profile-lines", 20, "with -profile: lines of each profile's list with callees")
 	flag.BoolVar(&opts.release, "release", false, "compare this tree's gateway with -against's on the hot hit, alone (against.go)")
 	flag.StringVar(&opts.against, "against", "5aa46a5", "with -release: the commit to compare with, built from its own tree (giving it implies -release)")
 	flag.StringVar(&opts.db, "db", "", "PostgreSQL database to use and keep (created and seeded where missing); empty: a new one, dropped at the end")
@@ -157,6 +158,7 @@ type options struct {
 	memoryListings                                 int
 	profile                                        bool
 	profileSet                                     bool // -profile given: -release profiles only then
+	profileLines                                   int
 	db                                             string
 	idle                                           bool
 	idleDuration                                   time.Duration

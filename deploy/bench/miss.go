@@ -127,7 +127,7 @@ func (l *lab) profile(ctx context.Context, s *server, d time.Duration) (flat, cu
 	if flat, err = report(false, 12); err != nil {
 		return nil, nil, err
 	}
-	cum, err = report(true, 20)
+	cum, err = report(true, l.opts.profileLines)
 	return flat, cum, err
 }
 

@@ -6,6 +6,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 )
@@ -69,11 +70,13 @@ func (t tiers) shares() (local, redis, store float64) {
 }
 
 // feedSettleWait bounds awaitFeedDrained.
-const feedSettleWait = 3 * time.Minute
+const feedSettleWait = 5 * time.Minute
 
 // awaitFeedDrained waits, at most within, until the change feed's
-// consumer has no backlog (the seed's import leaves one) and every
-// gateway with Redis trusts it, so that no run measures the consumer
+// consumer has no backlog (the seed's import leaves one), has kept the
+// response body of every listing in PostgreSQL (its backfill: until then
+// a miss encodes the document, and the backfill itself costs the
+// consumer's process CPU), and every gateway with Redis trusts it, so that no run measures the consumer
 // catching up, or a gateway that serves no Redis entry. It reports what
 // it waited for where the time ran out.
 func (l *lab) awaitFeedDrained(ctx context.Context, within time.Duration) error {
@@ -95,6 +98,9 @@ func (l *lab) awaitFeedDrained(ctx context.Context, within time.Duration) error 
 			}
 		}
 		if pending == "" {
+			pending = l.bodiesPending(ctx)
+		}
+		if pending == "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -107,4 +113,26 @@ func (l *lab) awaitFeedDrained(ctx context.Context, within time.Duration) error 
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// bodiesPending says how many of the run database's listings lack a kept
+// body, or "" where none does (or there is no run database).
+func (l *lab) bodiesPending(ctx context.Context) string {
+	if l.dbURL == "" {
+		return ""
+	}
+	db, err := pgx.Connect(ctx, l.dbURL)
+	if err != nil {
+		return err.Error()
+	}
+	defer db.Close(ctx)
+	var n int64
+	err = db.QueryRow(ctx, `SELECT count(*) FROM listings WHERE NOT deleted AND (body_revision IS NULL OR body_revision <> revision)`).Scan(&n)
+	switch {
+	case err != nil:
+		return "" // a release before kept bodies has nothing to wait for
+	case n > 0:
+		return fmt.Sprintf("%d listings without a kept body", n)
+	}
+	return ""
 }
