@@ -40,6 +40,7 @@ func RunFeed(t *testing.T, open func(t *testing.T) (FeedStore, Exec)) {
 		{"AdoptReplays", testFeedAdoptReplays},
 		{"Settle", testFeedSettle},
 		{"StoredBodies", testStoredBodies},
+		{"ImportedBodiesNotStale", testImportedBodiesNotStale},
 		{"ConditionalAfterOtherWriter", testConditionalAfterOtherWriter},
 		{"Modified", testModified},
 	}
@@ -571,5 +572,29 @@ func testStoredBodies(t *testing.T, s FeedStore, exec Exec) {
 	}
 	if e := requireEncoded("after UpdateListing"); !strings.Contains(string(e.Body), `"title":"Replaced"`) {
 		t.Fatalf("body after UpdateListing: %s", e.Body)
+	}
+}
+
+// testImportedBodiesNotStale: an import keeps each listing's body from the
+// start (its document), so the consumer's backfill, which decodes and
+// encodes every stale one, finds none of them stale; a row whose kept
+// body is gone is.
+func testImportedBodiesNotStale(t *testing.T, s FeedStore, exec Exec) {
+	ctx := context.Background()
+	f := seed(t, s)
+	a := seedActive(t, s, f)
+	fs := mustAcquire(t, s)
+	ids, err := fs.StaleBodies(ctx, a.ID-1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(ids, a.ID) {
+		t.Fatalf("StaleBodies = %v; an imported listing's body is kept", ids)
+	}
+	if err := exec(ctx, `UPDATE listings SET body_revision = NULL, document_body_revision = NULL WHERE id = $1`, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err = fs.StaleBodies(ctx, a.ID-1, 10); err != nil || !slices.Contains(ids, a.ID) {
+		t.Fatalf("StaleBodies = %v, %v; want the listing whose kept body is gone", ids, err)
 	}
 }

@@ -268,6 +268,7 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 func (s *Session) StaleBodies(ctx context.Context, after int64, limit int) ([]int64, error) {
 	rows, err := s.db.Query(ctx, `SELECT id FROM listings
 		WHERE id > $1 AND NOT deleted AND (body_revision IS NULL OR body_revision <> revision)
+			AND (document_body_revision IS NULL OR document_body_revision <> revision)
 		ORDER BY id LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("stale bodies: %w", err)
