@@ -107,9 +107,84 @@ func unapplied(t *testing.T, db *pgx.Conn) int64 {
 	return n
 }
 
+// primeByID reads listings first … first+n-1 through p, so that their
+// by-id keys hold the listings for the cache's lifetime, not a floor that
+// expires in seconds: a change that the feed loses then leaves an older
+// revision behind, which requireByIDAt sees.
+func primeByID(t *testing.T, p *process, tok string, first int64, n int) {
+	t.Helper()
+	ids := make(chan int64)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for id := range ids {
+				if r, err := send(p, http.MethodGet, fmt.Sprintf("/realty/%d", id), tok, ""); err != nil || r.status != http.StatusOK {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	for id := first; id < first+int64(n); id++ {
+		ids <- id
+	}
+	close(ids)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d reads of the listings failed", n)
+	}
+}
+
+// requireByIDAt checks that the by-id key of each listing first …
+// first+n-1 holds the database's revision, and holds one at all.
+func requireByIDAt(t *testing.T, db *pgx.Conn, rdb redis.UniversalClient, prefix string, first int64, n int) {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT id, revision FROM listings WHERE id BETWEEN $1 AND $2`, first, first+int64(n)-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]int64{}
+	for rows.Next() {
+		var id, rev int64
+		if err := rows.Scan(&id, &rev); err != nil {
+			t.Fatal(err)
+		}
+		want[id] = rev
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != n {
+		t.Fatalf("%d listings in the database; want %d", len(want), n)
+	}
+	bad := 0
+	for id, rev := range want {
+		key := fmt.Sprintf("%srealty:id:%d", prefix, id)
+		if got := keyRevision(t, rdb, key); got != rev {
+			if bad++; bad <= 5 {
+				t.Errorf("%s holds revision %d; the database has %d", key, got, rev)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d by-id keys do not hold the database's revision", bad, n)
+	}
+}
+
 // logTime is when a gateway wrote its first log line with msg.
 func logTime(t *testing.T, p *process, msg string) (time.Time, bool) {
 	t.Helper()
+	times := logTimes(t, p, msg)
+	if len(times) == 0 {
+		return time.Time{}, false
+	}
+	return times[0], true
+}
+
+// logTimes is when a gateway wrote each of its log lines with msg.
+func logTimes(t *testing.T, p *process, msg string) []time.Time {
+	t.Helper()
+	var times []time.Time
 	sc := bufio.NewScanner(strings.NewReader(p.Logs()))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -118,10 +193,10 @@ func logTime(t *testing.T, p *process, msg string) (time.Time, bool) {
 			Msg  string    `json:"msg"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == msg {
-			return line.Time, true
+			times = append(times, line.Time)
 		}
 	}
-	return time.Time{}, false
+	return times
 }
 
 // partitionTakeover is how long the server keeps a silent consumer's
@@ -134,50 +209,158 @@ func (p *process) feedStats() (gatewaytest.Stats, bool) {
 }
 
 // TestEndToEndFeedConsumerKilledMidBatch: 1,000 changes wait while the
-// consumer's Redis is slow; the consumer is killed with SIGKILL after its
-// first batch; the other gateway takes over, the backlog drains to 0, and
-// every Redis key holds the database's revision.
+// consumers' Redis is slow; whichever gateway consumes is killed with
+// SIGKILL after its first batch of them, in the middle of the next; the
+// other takes over, the backlog drains to 0, every Redis key holds the
+// database's revision (every listing's by-id key was primed with a
+// listing, so a lost change leaves an older one), and the changes were
+// split between them: the victim marked its batches, the survivor marked
+// the rest, and none of those the victim had marked again.
+//
+// The role may move before the kill (a consumer that cannot renew its
+// hold on a busy machine gives it up): a round in which the victim was no
+// longer the consumer when it died, or left nothing to take over, proves
+// nothing, so it is logged, the dead gateway is replaced, and the round is
+// written again, with whichever gateway consumes then.
 func TestEndToEndFeedConsumerKilledMidBatch(t *testing.T) {
+	const (
+		listings = 1000
+		batch    = 500 // feed.batch's default
+		attempts = 3
+	)
 	pgURL := testenv.PostgresURL(t)
 	e, prefix := postgresEnv(t, pgURL, testenv.RedisAddr(t))
 	w := newWorld(t, e)
-	importNumbered(t, e, w, 5001, 1000)
+	importNumbered(t, e, w, 5001, listings)
 	db, err := pgx.Connect(context.Background(), pgURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close(context.Background())
-	slow := faultproxy.New(t, testenv.RedisAddr(t))
-	eA := maps.Clone(e)
-	eA["GATEWAY_REDIS_URL"] = "redis://" + slow.Addr() + "/0"
-	eA["GATEWAY_REDIS_TIMEOUT"] = "2s" // slow, not failing
-	a := start(t, eA)
-	eventually(t, "gateway A consumes", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Consumer })
-	b := start(t, maps.Clone(e))
+	// Each gateway reaches Redis through a proxy of its own, slow once the
+	// import is applied, so that whichever consumes takes its time.
+	var (
+		envs [2]environment
+		slow [2]*faultproxy.Proxy
+		gws  [2]*process
+	)
+	for i := range gws {
+		slow[i] = faultproxy.New(t, testenv.RedisAddr(t))
+		envs[i] = maps.Clone(e)
+		envs[i]["GATEWAY_REDIS_URL"] = "redis://" + slow[i].Addr() + "/0"
+		envs[i]["GATEWAY_REDIS_TIMEOUT"] = "2s" // slow, not failing
+		envs[i]["GATEWAY_FEED_BATCH"] = strconv.Itoa(batch)
+		gws[i] = start(t, envs[i])
+		if i == 0 {
+			eventually(t, "the first gateway consumes", func() bool { s, ok := gws[0].feedStats(); return ok && s.Feed.Consumer })
+		}
+	}
 	eventually(t, "the import applied", func() bool { return unapplied(t, db) == 0 })
+	primeByID(t, gws[1], gws[1].token(t, w.otpLogin()), 5001, listings)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer rdb.Close()
+	requireByIDAt(t, db, rdb, prefix, 5001, listings)
+	for _, p := range slow {
+		p.SetLatency(300 * time.Millisecond)
+	}
 
-	slow.SetLatency(300 * time.Millisecond)
-	if _, err := db.Exec(context.Background(), `UPDATE listings SET document = replace(document, '"title":"v0"', '"title":"v1"')
-		WHERE id BETWEEN 5001 AND 6000`); err != nil {
+	for round := 1; ; round++ {
+		if round > attempts {
+			t.Fatalf("in %d rounds the consumer was never killed in the middle of the changes", attempts)
+		}
+		if done := killMidBatch(t, db, gws[:], envs[:], round, batch, listings); done {
+			requireByIDAt(t, db, rdb, prefix, 5001, listings) // no change lost
+			requireRedisMatchesStore(t, db, rdb, prefix)
+			return
+		}
+	}
+}
+
+// killMidBatch runs one round of TestEndToEndFeedConsumerKilledMidBatch:
+// it writes version round of the listings, kills the gateway that
+// consumes once it has applied a batch of them, and checks the takeover.
+// It reports false, having replaced the killed gateway in gws, when the
+// round did not arrange what the test is about.
+func killMidBatch(t *testing.T, db *pgx.Conn, gws []*process, envs []environment, round, batch, listings int) bool {
+	t.Helper()
+	ctx := context.Background()
+	var from int64 // the round's changes follow it
+	if err := db.QueryRow(ctx, `SELECT COALESCE(max(seq), 0) FROM listing_changes`).Scan(&from); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "A applied its first batch", func() bool { s, ok := a.feedStats(); return ok && s.Feed.Applied >= 1000+500 })
-	if err := a.Signal(os.Kill); err != nil {
+	roundLeft := func() int64 {
+		var n int64
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM listing_changes WHERE seq > $1 AND applied_at IS NULL`, from).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	applied := make([]uint64, len(gws))
+	for i, p := range gws {
+		applied[i] = p.Stats(t).Feed.Applied
+	}
+	if _, err := db.Exec(ctx, `UPDATE listings SET document = replace(document, $1, $2) WHERE id BETWEEN 5001 AND $3`,
+		fmt.Sprintf(`"title":"v%d"`, round-1), fmt.Sprintf(`"title":"v%d"`, round), 5000+listings); err != nil {
+		t.Fatal(err)
+	}
+
+	victim := -1
+	eventually(t, "a consumer applied its first batch", func() bool {
+		for i, p := range gws {
+			if s, ok := p.feedStats(); ok && s.Feed.Consumer && s.Feed.Applied >= applied[i]+uint64(batch) {
+				victim = i
+				return true
+			}
+		}
+		return roundLeft() == 0 // the role moved meanwhile, and the batches with it
+	})
+	if victim < 0 {
+		t.Logf("round %d: every change was applied before a consumer could be killed; again", round)
+		return false
+	}
+	survivor := gws[1-victim]
+	survivorApplied := survivor.Stats(t).Feed.Applied
+	startedBefore := len(logTimes(t, survivor, "change feed consumer started"))
+	if err := gws[victim].Signal(os.Kill); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	left := unapplied(t, db)
-	if left == 0 {
-		t.Fatal("A finished before it was killed; nothing for B to take over")
-	}
-	took := eventually(t, "B takes over", func() bool { s, ok := b.feedStats(); return ok && s.Feed.Consumer })
+	_ = gws[victim].Wait()
+	took := eventually(t, "the survivor takes over", func() bool { s, ok := survivor.feedStats(); return ok && s.Feed.Consumer })
 	drained := eventually(t, "the backlog drains", func() bool { return unapplied(t, db) == 0 })
-	t.Logf("A killed with %d changes unapplied; B took over in %v and drained them %v later", left, took, drained)
-	_ = time.Since(killed)
+	starts := logTimes(t, survivor, "change feed consumer started")
+	again := func(why string, args ...any) bool {
+		t.Logf("round %d: "+why+"; again", append([]any{round}, args...)...)
+		gws[victim] = start(t, envs[victim])
+		return false
+	}
 
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	defer rdb.Close()
-	requireRedisMatchesStore(t, db, rdb, prefix)
+	// Who marked what: the victim's marks precede the survivor's start,
+	// since the survivor acquired the feed only once the victim's session
+	// had ended.
+	if len(starts) != startedBefore+1 || starts[len(starts)-1].Before(killed) {
+		return again("the survivor did not take over from the killed consumer (consumer starts %v, killed at %v)",
+			starts[startedBefore:], killed.Format(time.StampMilli))
+	}
+	takeover := starts[len(starts)-1]
+	var byVictim, bySurvivor, total int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE applied_at < $2), count(*) FILTER (WHERE applied_at >= $2), count(*)
+		FROM listing_changes WHERE seq > $1`, from, takeover.UnixMilli()).Scan(&byVictim, &bySurvivor, &total); err != nil {
+		t.Fatal(err)
+	}
+	if bySurvivor == 0 {
+		return again("the killed consumer had applied all %d changes; nothing was taken over", byVictim)
+	}
+	t.Logf("round %d: gateway %d killed with %d of %d changes applied; the other took over in %v and applied the other %d within %v",
+		round, victim, byVictim, total, took, bySurvivor, drained)
+	if total != int64(listings) || byVictim < int64(batch) || byVictim+bySurvivor != total {
+		t.Fatalf("%d changes recorded, %d applied by the killed consumer, %d by the survivor; want %d, at least one batch (%d) by the killed one, all applied",
+			total, byVictim, bySurvivor, listings, batch)
+	}
+	if got := survivor.Stats(t).Feed.Applied - survivorApplied; got != uint64(bySurvivor) {
+		t.Fatalf("the survivor marked %d changes applied; want the %d the killed consumer left, none twice", got, bySurvivor)
+	}
+	return true
 }
 
 // TestEndToEndFeedSilentPartition: the consumer's connections to

@@ -29,7 +29,6 @@ func (w *worker) step(ctx context.Context, ready bool) (bool, error) {
 		return w.s.Pending(ctx, w.cfg.Settle, w.cfg.Batch)
 	})
 	if err != nil {
-		w.errors[StageStore].Add(1)
 		return false, err
 	}
 	if len(changes) == 0 {
@@ -105,16 +104,14 @@ func (w *worker) apply(ctx context.Context, changes []upstream.Change) error {
 		return w.s.Listings(ctx, ids)
 	})
 	if err != nil {
-		w.errors[StageStore].Add(1)
 		return err
 	}
 	batch := make([]cache.Change, len(ls))
 	for i, l := range ls {
 		batch[i] = cache.Change{State: states[l.id], Revision: l.revision, Numbers: l.numbers}
 	}
-	actx, cancel := context.WithDeadline(ctx, w.s.until())
-	errs := w.deps.Target.Apply(actx, batch)
-	cancel()
+	var errs []error
+	w.s.outside(ctx, func(ctx context.Context) { errs = w.deps.Target.Apply(ctx, batch) })
 	var applied, done []int64
 	var purges []*listing
 	failed := 0
@@ -161,7 +158,6 @@ func (w *worker) mark(ctx context.Context, seqs []int64, done bool) error {
 		return struct{}{}, w.s.MarkApplied(ctx, seqs, done)
 	})
 	if err != nil {
-		w.errors[StageStore].Add(1)
 		return err
 	}
 	w.applied.Add(uint64(len(seqs)))

@@ -19,7 +19,6 @@ func (w *worker) backfill(ctx context.Context, after int64) (int64, error) {
 		_, err = call(ctx, w.s, func(ctx context.Context) (map[int64]upstream.ListingState, error) { return w.s.Listings(ctx, ids) })
 	}
 	if err != nil {
-		w.errors[StageStore].Add(1)
 		return after, err
 	}
 	if len(ids) < backfillBatch {

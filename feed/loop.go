@@ -60,11 +60,10 @@ type loop struct {
 // startLoop starts the loop on fs. Without Redis the marks refer to this
 // process's tier, adopted at once.
 func (c *Consumer) startLoop(ctx context.Context, fs upstream.FeedSession) (*loop, error) {
-	s := &session{FeedSession: fs, lastOK: time.Now()}
+	s := newSession(c, fs)
 	l := &loop{c: c, s: s, w: &worker{Consumer: c, s: s, purged: make(chan purged, 1024), inflight: map[int64]bool{}}}
 	if !c.deps.Redis {
 		if _, err := call(ctx, s, func(ctx context.Context) (int64, error) { return s.Adopt(ctx, "", c.cfg.Retention) }); err != nil {
-			c.errors[StageStore].Add(1)
 			return nil, err
 		}
 	}
@@ -141,7 +140,6 @@ func (l *loop) mayRest(now time.Time) bool {
 func (l *loop) restIfIdle(ctx context.Context) (bool, error) {
 	undone, err := call(ctx, l.s, func(ctx context.Context) (bool, error) { return l.s.Undone(ctx) })
 	if err != nil {
-		l.c.errors[StageStore].Add(1)
 		return false, err
 	}
 	if undone || !l.w.idle() {
@@ -227,7 +225,6 @@ func (l *loop) pruneRecords(ctx context.Context, now time.Time) error {
 	if _, err := call(ctx, l.s, func(ctx context.Context) (int64, error) {
 		return l.s.Prune(ctx, l.c.cfg.Retention, pruneBatch)
 	}); err != nil {
-		l.c.errors[StageStore].Add(1)
 		return err
 	}
 	l.lastPrune = now
@@ -236,11 +233,8 @@ func (l *loop) pruneRecords(ctx context.Context, now time.Time) error {
 
 // renew proves the hold after the poll's sleep.
 func (l *loop) renew(ctx context.Context) error {
-	if _, err := call(ctx, l.s, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.s.Renew(ctx) }); err != nil {
-		l.c.errors[StageStore].Add(1)
-		return err
-	}
-	return nil
+	_, err := call(ctx, l.s, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.s.Renew(ctx) })
+	return err
 }
 
 // sleep waits for d, or until ctx ends.
@@ -261,7 +255,12 @@ var (
 // adopt makes the feed's marks refer to the Redis that answers now,
 // replaying the retention window to a Redis that is new and not empty.
 func (c *Consumer) adopt(ctx context.Context, s *session, adopted string) (string, error) {
-	id, err := c.deps.Target.RedisIdentity(ctx)
+	var (
+		id    string
+		empty bool
+		err   error
+	)
+	s.outside(ctx, func(ctx context.Context) { id, err = c.deps.Target.RedisIdentity(ctx) })
 	if err != nil {
 		c.errors[StageRedis].Add(1)
 		return "", err
@@ -269,16 +268,17 @@ func (c *Consumer) adopt(ctx context.Context, s *session, adopted string) (strin
 	if id == adopted {
 		return id, nil
 	}
-	replay := c.cfg.Retention
-	if empty, err := c.deps.Target.RedisEmpty(ctx); err != nil {
+	s.outside(ctx, func(ctx context.Context) { empty, err = c.deps.Target.RedisEmpty(ctx) })
+	if err != nil {
 		c.errors[StageRedis].Add(1)
 		return "", err
-	} else if empty {
+	}
+	replay := c.cfg.Retention
+	if empty {
 		replay = 0 // it holds nothing old
 	}
 	n, err := call(ctx, s, func(ctx context.Context) (int64, error) { return s.Adopt(ctx, id, replay) })
 	if err != nil {
-		c.errors[StageStore].Add(1)
 		return "", errors.Join(errStore, err)
 	}
 	if n > 0 {
@@ -300,7 +300,6 @@ func (c *Consumer) readBacklog(ctx context.Context, s *session) error {
 		return backlog{rows, lag}, err
 	})
 	if err != nil {
-		c.errors[StageStore].Add(1)
 		return err
 	}
 	c.backlog.Store(b.rows)

@@ -61,10 +61,8 @@ func (w *worker) collectPurged(ctx context.Context) {
 	if len(seqs) == 0 {
 		return
 	}
-	_, err := call(ctx, w.s, func(ctx context.Context) (struct{}, error) { return struct{}{}, w.s.MarkDone(ctx, seqs) })
-	if err != nil {
-		w.errors[StageStore].Add(1) // the orphan scan purges them again
-	}
+	// A failure was counted by call; the orphan scan purges them again.
+	_, _ = call(ctx, w.s, func(ctx context.Context) (struct{}, error) { return struct{}{}, w.s.MarkDone(ctx, seqs) })
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, seq := range seqs {
@@ -83,7 +81,6 @@ func (w *worker) repurge(ctx context.Context, after time.Duration) error {
 		return w.s.Unpurged(ctx, after, w.cfg.Batch)
 	})
 	if err != nil {
-		w.errors[StageStore].Add(1)
 		return err
 	}
 	w.mu.Lock()

@@ -94,7 +94,9 @@ type Feed interface {
 // then stops applying and closes it.
 type FeedSession interface {
 	// Renew proves the hold still stands; it must be called more often
-	// than Lease.
+	// than Lease. A Renew that succeeds past Lease proves it too: the hold
+	// stood throughout (a session's lock, an open file's), since a session
+	// that lost it never gets it back (its calls keep failing).
 	Renew(ctx context.Context) error
 	// Lease is how long after a successful call the hold is sure to
 	// stand: past it another gateway may have taken the feed.

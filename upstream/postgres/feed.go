@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/internal/sqlstore"
@@ -41,6 +42,10 @@ const (
 	keepAliveIdle   = 5 * time.Second
 	keepAliveEvery  = 2 * time.Second
 	keepAliveCount  = 3
+	// cancelGrace is how long a statement whose context ended is given
+	// to end at the server's cancel request before its connection, and
+	// with it the hold, is closed.
+	cancelGrace = time.Second
 )
 
 var _ upstream.Feed = (*Store)(nil)
@@ -69,6 +74,9 @@ func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSessio
 	db := connDB{conn}
 	renew := func(ctx context.Context) error {
 		_, err := conn.Exec(ctx, `SELECT 1`)
+		if err != nil && conn.IsClosed() { // the lock went with the session
+			return fmt.Errorf("feed session closed: %w: %w", upstream.ErrNotConsumer, err)
+		}
 		return err
 	}
 	release := func(ctx context.Context) error {
@@ -90,6 +98,14 @@ func (s *Store) connectFeedSession(ctx context.Context) (*pgx.Conn, error) {
 	}
 	cfg.DialFunc = dialer.DialContext
 	cfg.Tracer = nil // the feed's polls are not requests
+	// A statement that outlives its context is cancelled by the server,
+	// and the session lives on: pgx's default closes the connection, which
+	// gives the feed up on one slow statement. A server that does not
+	// answer the cancel request still has the connection closed, after
+	// cancelGrace.
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: cancelGrace}
+	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("feed session: %w", err)
