@@ -11,12 +11,13 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/internal/config"
 	"github.com/realty-gateway/gateway/internal/demo"
@@ -82,25 +83,28 @@ func spanLabel(s tracetest.SpanStub) string {
 func TestTraceSpanTrees(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	prefix := testenv.RandomName("trace") + ":"
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	t.Cleanup(func() {
-		_ = testenv.DeleteKeys(context.Background(), rdb, prefix+"*")
-		rdb.Close()
-	})
+	// A Redis of its own: other packages' tests flush the shared one's
+	// scripts (cache's TestGuardedSetsSurviveAScriptFlush), which adds the
+	// EVAL of the NOSCRIPT fallback under "cache set", and cut its pub/sub
+	// connections (e2e's TestEndToEndLocalTierSubscriptionLoss), which
+	// turns the local tier off and empties it.
+	node := testenv.StartRedis(t, "redis")
 	cfg, err := config.Load(map[string]string{
 		"GATEWAY_STORE_URL":    testenv.PostgresURL(t),
-		"GATEWAY_REDIS_URL":    "redis://" + testenv.RedisAddr(t) + "/0",
-		"GATEWAY_REDIS_PREFIX": prefix,
+		"GATEWAY_REDIS_URL":    "redis://" + node.Addr + "/0",
+		"GATEWAY_REDIS_PREFIX": testenv.RandomName("trace") + ":",
 		"GATEWAY_JWT_SECRET":   "trace-secret-trace-secret-trace-secret",
 		"GATEWAY_ACCESS_LOG":   "all",
+		// The miss's entry must outlast the pause before the cached read
+		// on a busy machine (the default is 2 s).
+		"GATEWAY_LOCAL_CACHE_MAX_AGE": "1m",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	var logs bytes.Buffer
+	var logs lockedBuffer // background goroutines log too
 	p, err := assemble(ctx, cfg, tp, nil, slog.New(slog.NewJSONHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -122,8 +126,13 @@ func TestTraceSpanTrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, err := p.store.ImportListings(ctx, demo.Listings(firm.ID, user.ID)[:1])
+	stored, err := p.store.ImportListings(ctx, demo.Listings(firm.ID, user.ID)[:2])
 	if err != nil {
+		t.Fatal(err)
+	}
+	// A miss of another listing loads the cache's scripts into this new
+	// Redis: the trees below are those of a Redis that holds them.
+	if _, err := p.listings.Get(ctx, cache.ByID(stored[1].ID)); err != nil {
 		t.Fatal(err)
 	}
 	app := p.srv.App()
@@ -225,11 +234,36 @@ func TestTraceSpanTrees(t *testing.T) {
 				t.Fatalf("want one server span whose parent is the traceparent's span, got %d", len(roots))
 			}
 			if got := spanTree(spans, roots[0]); got != tt.want {
-				t.Errorf("span tree:\n%s\nwant:\n%s", got, tt.want)
+				t.Errorf("span tree:\n%s\nwant:\n%s\nlocal tier on: %v; log:\n%s", got, tt.want, p.listings.Stats().LocalTierOn, logs.String())
 			}
 			if !strings.Contains(logs.String(), `"msg":"request"`) || !strings.Contains(logs.String(), `"traceId":"`+traceID+`"`) {
 				t.Errorf("the access line does not name the trace:\n%s", logs.String())
 			}
 		})
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that the logger's background writers and
+// the test share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lockedBuffer) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Reset()
 }
