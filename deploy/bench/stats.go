@@ -76,7 +76,9 @@ const feedSettleWait = 5 * time.Minute
 // consumer has no backlog (the seed's import leaves one), has kept the
 // response body of every listing in PostgreSQL (its backfill: until then
 // a miss encodes the document, and the backfill itself costs the
-// consumer's process CPU), and every gateway with Redis trusts it, so that no run measures the consumer
+// consumer's process CPU), every gateway with Redis trusts it, and every
+// server idles (an earlier release's backfill of what this one's sees as
+// kept), so that no run measures the consumer
 // catching up, or a gateway that serves no Redis entry. It reports what
 // it waited for where the time ran out.
 func (l *lab) awaitFeedDrained(ctx context.Context, within time.Duration) error {
@@ -99,6 +101,9 @@ func (l *lab) awaitFeedDrained(ctx context.Context, within time.Duration) error 
 		}
 		if pending == "" {
 			pending = l.bodiesPending(ctx)
+		}
+		if pending == "" {
+			pending = l.busyServer()
 		}
 		if pending == "" {
 			return nil
@@ -134,6 +139,22 @@ func (l *lab) bodiesPending(ctx context.Context) string {
 		return "" // a release before kept bodies has nothing to wait for
 	case n > 0:
 		return fmt.Sprintf("%d listings without a kept body", n)
+	}
+	return ""
+}
+
+// busyServer names a server that used more than 2 % of a core over the
+// last second, or "".
+func (l *lab) busyServer() string {
+	before := map[*server]float64{}
+	for _, s := range l.servers {
+		before[s] = cpuSeconds(s.cmd.Process.Pid)
+	}
+	time.Sleep(time.Second)
+	for s, t := range before {
+		if used := cpuSeconds(s.cmd.Process.Pid) - t; used > 0.02 {
+			return fmt.Sprintf("%s: %.0f %% of a core while idle", s.name, 100*used)
+		}
 	}
 	return ""
 }
