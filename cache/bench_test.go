@@ -113,17 +113,17 @@ func BenchmarkLocalTier(b *testing.B) {
 	}
 	impls := []struct {
 		name string
-		get  func(k Key) (record, bool)
+		get  func(k Key) (*record, bool)
 	}{
-		{name: "otter", get: func(k Key) (record, bool) { return f.lookup(k, now) }},
-		{name: "mutex LRU", get: func(k Key) (record, bool) {
+		{name: "otter", get: func(k Key) (*record, bool) { return f.lookup(k, now) }},
+		{name: "mutex LRU", get: func(k Key) (*record, bool) {
 			mu.Lock()
 			fe, ok := plain.Get(k)
 			mu.Unlock()
 			if !ok || now.UnixNano() >= fe.expires {
-				return record{}, false
+				return nil, false
 			}
-			return fe.r, true
+			return &fe.r, true
 		}},
 	}
 	for _, goroutines := range []int{2, 16} {

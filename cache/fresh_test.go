@@ -82,8 +82,11 @@ func TestCopiesKeptInProcessCarryTheirHTTPDate(t *testing.T) {
 			m.set(ByID(1).name(""), r, time.Hour)
 			for tier, l := range map[string]localTier{"front": f, "memory": m} {
 				got, ok := l.lookup(ByID(1), now)
-				if !ok || string(got.date) != tt.want || string(got.entry(Hit).LastModifiedDate) != tt.want {
-					t.Errorf("%s: date %q (found %v); want %q", tier, got.date, ok, tt.want)
+				if !ok {
+					t.Fatalf("%s: nothing kept", tier)
+				}
+				if string(got.date) != tt.want || string(got.entry(Hit).LastModifiedDate) != tt.want {
+					t.Errorf("%s: date %q; want %q", tier, got.date, tt.want)
 				}
 			}
 		})

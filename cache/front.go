@@ -69,15 +69,15 @@ func newFront(maxBytes int64, maxAge time.Duration) *front {
 }
 
 // lookup returns the record kept under k, until the entry expires.
-func (f *front) lookup(k Key, now time.Time) (record, bool) {
+func (f *front) lookup(k Key, now time.Time) (*record, bool) {
 	if !f.enabled.Load() {
-		return record{}, false
+		return nil, false
 	}
 	fe, ok := f.cache.GetIfPresent(k)
 	if !ok || now.UnixNano() >= fe.expires {
-		return record{}, false
+		return nil, false
 	}
-	return fe.r, true
+	return &fe.r, true
 }
 
 // serving reports whether the tier answers reads (it does once the

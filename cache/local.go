@@ -7,8 +7,9 @@ import "time"
 // where that is turned off (noLocal), or without Redis the process's own
 // memory, which is then its shared tier too (memory.go).
 type localTier interface {
-	// lookup returns the copy kept under k, for admission to judge.
-	lookup(k Key, now time.Time) (record, bool)
+	// lookup returns the copy kept under k, for admission to judge; the
+	// caller must not modify it.
+	lookup(k Key, now time.Time) (*record, bool)
 	// generation is taken before a read whose result keep may take.
 	generation() uint64
 	// keep takes r, read or written for k, unless the tier changed
@@ -26,7 +27,7 @@ type localTier interface {
 // turned off: it holds nothing.
 type noLocal struct{}
 
-func (noLocal) lookup(Key, time.Time) (record, bool)                { return record{}, false }
+func (noLocal) lookup(Key, time.Time) (*record, bool)               { return nil, false }
 func (noLocal) generation() uint64                                  { return 0 }
 func (noLocal) keep(Key, record, uint64, time.Time)                 {}
 func (noLocal) invalidate([]Invalidation, time.Time, time.Duration) {}

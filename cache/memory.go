@@ -18,13 +18,14 @@ import (
 // nothing of its own: the fill has written it already.
 type memory struct {
 	mu     sync.Mutex // makes the revision check and the write one step
-	cache  *otter.Cache[string, localValue]
+	cache  *otter.Cache[string, *localValue]
 	prefix string
 	now    func() time.Time
 }
 
 // localValue keeps a record both parsed, for hits, and encoded, for the
-// shared tier's get.
+// shared tier's get. It is never modified once kept: lookups read it
+// without a lock.
 type localValue struct {
 	r       record
 	b       []byte
@@ -38,12 +39,12 @@ type localValue struct {
 const localValueOverhead = 192
 
 func newMemory(maxBytes int64, prefix string) *memory {
-	c := otter.Must(&otter.Options[string, localValue]{
+	c := otter.Must(&otter.Options[string, *localValue]{
 		MaximumWeight: uint64(maxBytes),
-		Weigher:       func(_ string, v localValue) uint32 { return v.weight },
+		Weigher:       func(_ string, v *localValue) uint32 { return v.weight },
 		// An entry leaves memory when it expires, not when the byte bound
 		// evicts it.
-		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, localValue]) time.Duration {
+		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, *localValue]) time.Duration {
 			return time.Until(e.Value.expires)
 		}),
 	})
@@ -51,7 +52,7 @@ func newMemory(maxBytes int64, prefix string) *memory {
 }
 
 // lookup returns the parsed record under k's name, without parsing.
-func (m *memory) lookup(k Key, now time.Time) (record, bool) {
+func (m *memory) lookup(k Key, now time.Time) (*record, bool) {
 	// The name is looked up, never kept: built on the stack, it costs a
 	// hit no allocation. (Were the lookup ever to keep it, escape analysis
 	// would move buf to the heap: memory stays safe.)
@@ -59,9 +60,9 @@ func (m *memory) lookup(k Key, now time.Time) (record, bool) {
 	name := k.appendName(buf[:0], m.prefix)
 	v, ok := m.cache.GetIfPresent(unsafe.String(unsafe.SliceData(name), len(name)))
 	if !ok || !now.Before(v.expires) {
-		return record{}, false
+		return nil, false
 	}
-	return v.r, true
+	return &v.r, true
 }
 
 func (m *memory) generation() uint64                                  { return 0 }
@@ -129,7 +130,7 @@ func (m *memory) set(name string, r record, ttl time.Duration) {
 	}
 	parsed = parsed.withDate(m.now())
 	weight := localWeight(name, b, shared) + uint32(sizeClass(cap(parsed.date)))
-	m.cache.Set(name, localValue{r: parsed, b: b, expires: m.now().Add(ttl), weight: weight})
+	m.cache.Set(name, &localValue{r: parsed, b: b, expires: m.now().Add(ttl), weight: weight})
 }
 
 func (m *memory) del(_ context.Context, name string) error {
@@ -144,12 +145,13 @@ func (m *memory) reweigh(k Key, v *variants) {
 	name := k.name(m.prefix)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.cache.ComputeIfPresent(name, func(cur localValue) (localValue, otter.ComputeOp) {
+	m.cache.ComputeIfPresent(name, func(cur *localValue) (*localValue, otter.ComputeOp) {
 		if cur.r.variants != v {
 			return cur, otter.CancelOp
 		}
-		cur.weight = localWeight(name, cur.b, v)
-		return cur, otter.WriteOp
+		next := *cur // values are read without the lock: a new one
+		next.weight = localWeight(name, cur.b, v) + uint32(sizeClass(cap(cur.r.date)))
+		return &next, otter.WriteOp
 	})
 }
 

@@ -48,7 +48,7 @@ func (c *Cache) Local(k Key, now time.Time) (Entry, error) {
 	if !ok {
 		return Entry{}, ErrNotCached
 	}
-	switch c.admit(k, &r, now.UnixMilli(), fromLocal) {
+	switch c.admit(k, r, now.UnixMilli(), fromLocal) {
 	case admitted:
 		c.counts.hits.Add(1)
 		if c.front != nil {
