@@ -311,7 +311,7 @@ func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, de
 		return nil, err
 	}
 	if c.feed != nil {
-		c.trust = newTrust(c.feed)
+		c.trust = newTrust(c.feed, rt.identity, c.loadTimeout, deps.Log)
 	}
 	rt.fault = c.trust.distrust
 	c.shared = observed(rt, &c.counts, deps.Log)
@@ -355,7 +355,7 @@ func (c *Cache) Run(ctx context.Context) {
 		wg.Go(func() { c.inv.run(ctx) })
 	}
 	if c.trust != nil {
-		wg.Go(func() { c.verify(ctx) })
+		wg.Go(func() { c.trust.verify(ctx) })
 	}
 	if c.settler != nil {
 		wg.Go(func() { c.settler.run(ctx) })

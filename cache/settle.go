@@ -85,7 +85,7 @@ func (c *Cache) awaitFeed(ctx context.Context, ls ...upstream.Listing) {
 	defer cancel()
 	for _, l := range ls {
 		for {
-			applied, err := feedCall(c, ctx, func(ctx context.Context) (bool, error) {
+			applied, err := feedCall(ctx, c.loadTimeout, func(ctx context.Context) (bool, error) {
 				return c.trust.feed.Applied(ctx, l.ID, l.Revision)
 			})
 			if err == nil && applied {

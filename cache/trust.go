@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -43,9 +44,14 @@ const dirtyLimit = 100_000
 
 // trust gates Redis entries. The read path takes one atomic load.
 type trust struct {
-	feed  FeedView
-	state atomic.Int32
-	dirty atomic.Pointer[map[Key]struct{}]
+	feed FeedView
+	// redisIdentity names the Redis behind the tier; timeout bounds each
+	// call to the feed.
+	redisIdentity func(ctx context.Context) (string, error)
+	timeout       time.Duration
+	log           *slog.Logger
+	state         atomic.Int32
+	dirty         atomic.Pointer[map[Key]struct{}]
 	// epoch is raised by every distrust, so that a verification that
 	// began before it does not end in trust.
 	epoch    atomic.Uint64
@@ -53,8 +59,8 @@ type trust struct {
 	kick     chan struct{}
 }
 
-func newTrust(feed FeedView) *trust {
-	t := &trust{feed: feed, kick: make(chan struct{}, 1)}
+func newTrust(feed FeedView, redisIdentity func(context.Context) (string, error), timeout time.Duration, log *slog.Logger) *trust {
+	t := &trust{feed: feed, redisIdentity: redisIdentity, timeout: timeout, log: log, kick: make(chan struct{}, 1)}
 	t.state.Store(distrusted) // nothing is known of Redis yet
 	return t
 }
@@ -102,13 +108,12 @@ const identityEvery = time.Second
 
 // verify runs until ctx ends: it checks Redis's identity while trusting,
 // and verifies after every distrust.
-func (c *Cache) verify(ctx context.Context) {
-	t := c.trust
+func (t *trust) verify(ctx context.Context) {
 	tick := time.NewTicker(identityEvery)
 	defer tick.Stop()
 	for ctx.Err() == nil {
 		if t.state.Load() != trusted {
-			if c.verifyOnce(ctx) {
+			if t.verifyOnce(ctx) {
 				continue
 			}
 			select { // try again soon
@@ -121,9 +126,9 @@ func (c *Cache) verify(ctx context.Context) {
 		case <-ctx.Done():
 		case <-t.kick:
 		case <-tick.C:
-			id, err := c.RedisIdentity(ctx)
+			id, err := t.redisIdentity(ctx)
 			if err != nil || id != *t.identity.Load() {
-				c.log.Info("redis changed or failing; its entries are not served until the change feed has caught up", "err", err)
+				t.log.Info("redis changed or failing; its entries are not served until the change feed has caught up", "err", err)
 				t.distrust()
 			}
 		}
@@ -131,18 +136,17 @@ func (c *Cache) verify(ctx context.Context) {
 }
 
 // verifyOnce tries to end a distrust; it reports whether it did.
-func (c *Cache) verifyOnce(ctx context.Context) bool {
-	t := c.trust
+func (t *trust) verifyOnce(ctx context.Context) bool {
 	epoch := t.epoch.Load()
-	id, err := c.RedisIdentity(ctx)
+	id, err := t.redisIdentity(ctx)
 	if err != nil {
 		return false
 	}
-	pos, err := feedCall(c, ctx, func(ctx context.Context) (upstream.FeedPosition, error) { return t.feed.Position(ctx) })
+	pos, err := feedCall(ctx, t.timeout, func(ctx context.Context) (upstream.FeedPosition, error) { return t.feed.Position(ctx) })
 	if err != nil || pos.RedisIdentity != id {
 		return false // the consumer has not adopted this Redis yet
 	}
-	changes, err := feedCall(c, ctx, func(ctx context.Context) ([]upstream.Change, error) {
+	changes, err := feedCall(ctx, t.timeout, func(ctx context.Context) ([]upstream.Change, error) {
 		return t.feed.Unapplied(ctx, pos.LastSeq, dirtyLimit)
 	})
 	if err != nil {
@@ -163,11 +167,11 @@ func (c *Cache) verifyOnce(ctx context.Context) bool {
 		}
 	}
 	for ctx.Err() == nil && t.epoch.Load() == epoch {
-		caught, err := feedCall(c, ctx, func(ctx context.Context) (bool, error) { return t.feed.CaughtUp(ctx, pos.LastSeq) })
+		caught, err := feedCall(ctx, t.timeout, func(ctx context.Context) (bool, error) { return t.feed.CaughtUp(ctx, pos.LastSeq) })
 		if err == nil && caught {
 			t.identity.Store(&id)
 			if t.state.CompareAndSwap(partial, trusted) || t.state.CompareAndSwap(distrusted, trusted) {
-				c.log.Info("redis entries served again: the change feed has applied what it missed", "lastSeq", pos.LastSeq)
+				t.log.Info("redis entries served again: the change feed has applied what it missed", "lastSeq", pos.LastSeq)
 			}
 			return t.epoch.Load() == epoch
 		}
@@ -179,9 +183,9 @@ func (c *Cache) verifyOnce(ctx context.Context) bool {
 	return false
 }
 
-// feedCall runs one call to the store's feed within the load timeout.
-func feedCall[T any](c *Cache, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
+// feedCall runs one call to the store's feed within timeout.
+func feedCall[T any](ctx context.Context, timeout time.Duration, call func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return call(ctx)
 }
