@@ -132,8 +132,8 @@ func (l *lab) bodiesPending(ctx context.Context) string {
 	}
 	defer db.Close(ctx)
 	var n int64
-	err = db.QueryRow(ctx, `SELECT count(*) FROM listings WHERE NOT deleted AND (body_revision IS NULL OR body_revision <> revision)
-		AND (document_body_revision IS NULL OR document_body_revision <> revision)`).Scan(&n)
+	err = db.QueryRow(ctx, `SELECT count(*) FROM listings WHERE NOT deleted
+		AND (CASE WHEN body_revision = revision OR document_body_revision = revision THEN etag END) IS NULL`).Scan(&n)
 	switch {
 	case err != nil:
 		return "" // a release before kept bodies has nothing to wait for

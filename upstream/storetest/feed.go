@@ -597,4 +597,11 @@ func testImportedBodiesNotStale(t *testing.T, s FeedStore, exec Exec) {
 	if ids, err = fs.StaleBodies(ctx, a.ID-1, 10); err != nil || !slices.Contains(ids, a.ID) {
 		t.Fatalf("StaleBodies = %v, %v; want the listing whose kept body is gone", ids, err)
 	}
+	// A current document without its tag is no kept body either.
+	if err := exec(ctx, `UPDATE listings SET document_body_revision = revision, etag = NULL WHERE id = $1`, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err = fs.StaleBodies(ctx, a.ID-1, 10); err != nil || !slices.Contains(ids, a.ID) {
+		t.Fatalf("StaleBodies = %v, %v; want the listing whose tag is gone", ids, err)
+	}
 }

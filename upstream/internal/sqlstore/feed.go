@@ -266,9 +266,10 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 }
 
 func (s *Session) StaleBodies(ctx context.Context, after int64, limit int) ([]int64, error) {
+	// A body is kept where its tag is current (currentTag): in body, or
+	// the document itself after an import.
 	rows, err := s.db.Query(ctx, `SELECT id FROM listings
-		WHERE id > $1 AND NOT deleted AND (body_revision IS NULL OR body_revision <> revision)
-			AND (document_body_revision IS NULL OR document_body_revision <> revision)
+		WHERE id > $1 AND NOT deleted AND (`+currentTag+`) IS NULL
 		ORDER BY id LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("stale bodies: %w", err)
