@@ -384,6 +384,7 @@ func TestLoadRunsOnTheCallersGoroutineWhenItsDeadlineAllows(t *testing.T) {
 			stacks := make(chan string, 1)
 			src.onFind = func() { stacks <- string(debug.Stack()) }
 			c, _, _ := newRedisCache(t, src)
+			running(t, c) // it hears other gateways' writes: flights are shared
 			ctx, cancel := context.WithCancel(context.Background())
 			if tt.timeout > 0 {
 				ctx, cancel = context.WithTimeout(context.Background(), tt.timeout)
@@ -567,14 +568,20 @@ func cacheKinds(t *testing.T) []cacheKind {
 		{name: "redis", give: func(s Source) *Cache { c, _, _ := newRedisCache(t, s); return c }},
 		{name: "redis, local tier serving", give: func(s Source) *Cache {
 			c, _, _ := newRedisCache(t, s)
-			ctx, cancel := context.WithCancel(context.Background())
-			t.Cleanup(cancel)
-			go c.Run(ctx)
-			<-c.Subscribed()
-			return c
+			return running(t, c)
 		}},
 		{name: "local", give: func(s Source) *Cache { return must(t)(NewLocal(testConfig(), testDeps(s, ""))) }},
 	}
+}
+
+// running runs c until the test ends, from its confirmed subscription on:
+// it hears other gateways' writes, as a serving gateway does.
+func running(t *testing.T, c *Cache) *Cache {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go c.Run(ctx)
+	<-c.Subscribed()
+	return c
 }
 
 // blackhole listens on a free port, accepts and never answers, as a Redis

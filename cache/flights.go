@@ -13,10 +13,11 @@ import (
 )
 
 // flights coalesce the loads of a key in this process: singleflight while
-// Redis is trusted, and while it is not, fresh flights (fresh.go), which
-// a caller never joins once they have begun: another gateway's write may
-// then go unannounced here, and nothing would tell this process to forget
-// a flight that read the old version.
+// Redis is trusted and this process hears other gateways' writes, and
+// otherwise fresh flights (fresh.go), which a caller never joins once they
+// have begun: another gateway's write may then go unannounced here, and
+// nothing would tell this process to forget a flight that read the old
+// version (Cache.shareFlights).
 type flights struct {
 	group  singleflight.Group
 	queued freshFlights

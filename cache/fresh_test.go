@@ -1,12 +1,14 @@
 package cache
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/realty-gateway/gateway/internal/testenv"
+	"github.com/realty-gateway/gateway/upstream"
 )
 
 // TestFreshFlightsNeverJoinALoadUnderWay: callers that arrive while a load
@@ -90,5 +92,51 @@ func TestCopiesKeptInProcessCarryTheirHTTPDate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFlightsAreSharedOnlyWhileWritesAreHeard: a gateway that does not hear
+// other gateways' writes (its subscription is down) joins no flight under
+// way, since the flight may have read a version that a write, unannounced
+// here, replaced before the caller arrived; it reads again after it.
+func TestFlightsAreSharedOnlyWhileWritesAreHeard(t *testing.T) {
+	ctx := context.Background()
+	src := newSource(listing(5, 1, 1, true))
+	rdb, prefix := redisFor(t)
+	deaf := must(t)(NewRedis(rdb, testRedisTimeout, testConfig(), testDeps(src, prefix))) // not Run: no subscription
+	writer := must(t)(NewRedis(rdb, testRedisTimeout, testConfig(), testDeps(src, prefix)))
+	current := src.listings[5]
+	src.gate = make(chan struct{})
+	first := make(chan Entry, 1)
+	go func() {
+		e, err := deaf.Get(ctx, ByID(5))
+		if err != nil {
+			t.Error(err)
+		}
+		first <- e
+	}()
+	testenv.WaitFor(t, func() bool { return src.looked.Load() == 1 }) // the flight holds revision 1
+	next := current
+	next.Title = "replaced"
+	w, err := writer.Replace(ctx, current, next, upstream.Precondition{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan Entry, 1)
+	go func() {
+		e, err := deaf.Get(ctx, ByID(5))
+		if err != nil {
+			t.Error(err)
+		}
+		second <- e
+	}()
+	testenv.WaitFor(t, func() bool { return src.calls.Load() >= 1 })
+	time.Sleep(20 * time.Millisecond) // give a wrong join its chance
+	close(src.gate)
+	if e := <-first; e.revision != current.Revision {
+		t.Fatalf("first read: revision %d; want %d, read before the write", e.revision, current.Revision)
+	}
+	if e := <-second; e.revision != w.Listing.Revision {
+		t.Fatalf("read sent after the write returned: revision %d (%s); want %d", e.revision, e.State, w.Listing.Revision)
 	}
 }

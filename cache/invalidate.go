@@ -49,6 +49,7 @@ type invalidator struct {
 
 	subscribed     chan struct{} // closed at the first confirmed subscription
 	subscribedOnce sync.Once
+	live           atomic.Bool // a confirmed subscription is being listened to
 
 	announced, unacknowledged atomic.Uint64
 }
@@ -104,6 +105,7 @@ func (inv *invalidator) run(ctx context.Context) {
 // listen handles messages until the subscription fails or falls silent,
 // and says whether it was confirmed meanwhile.
 func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribed bool, err error) {
+	defer inv.live.Store(false)
 	heard := time.Now()
 	var pinged time.Time // when the ping not answered yet went out
 	for ctx.Err() == nil {
@@ -134,6 +136,7 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribe
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Count == 2 {
 				subscribed = true
+				inv.live.Store(true)
 				if inv.front != nil {
 					inv.front.enable()
 				}
@@ -149,6 +152,11 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribe
 	}
 	return subscribed, ctx.Err()
 }
+
+// hears reports whether this process receives the writes that other
+// gateways announce now: its subscription is confirmed and listened to.
+// Without Redis there is nothing to hear.
+func (inv *invalidator) hears() bool { return inv == nil || inv.live.Load() }
 
 // handle applies another gateway's (or this one's own) announcement and
 // acknowledges it.

@@ -76,7 +76,7 @@ func (c *Cache) Cached(k Key, now time.Time) (Entry, bool) {
 func (c *Cache) Load(ctx context.Context, k Key, cod coding.Coding) (Entry, error) {
 	name := k.name(c.prefix)
 	ctx, endWait := c.traceWait(ctx)
-	res, err := c.flights.join(ctx, name, c.RedisTrusted(), c.loadTimeout, func() (any, error) {
+	res, err := c.flights.join(ctx, name, c.shareFlights(), c.loadTimeout, func() (any, error) {
 		return c.flight(ctx, k, name, cod)
 	})
 	if err != nil { // the caller's context ended first
@@ -85,6 +85,13 @@ func (c *Cache) Load(ctx context.Context, k Key, cod coding.Coding) (Entry, erro
 	}
 	return c.answer(res, endWait)
 }
+
+// shareFlights reports whether a caller may join a flight under way: only
+// while Redis is trusted and this process hears every write announced,
+// since a write forgets the flights it outdates (applyInvalidations). A
+// flight's look at Redis may precede a write that returned before the
+// caller arrived; while writes go unheard, callers wait for a fresh flight.
+func (c *Cache) shareFlights() bool { return c.RedisTrusted() && c.inv.hears() }
 
 // loaded is what a flight found.
 type loaded struct {
