@@ -52,15 +52,22 @@ type invalidator struct {
 	live           atomic.Bool // a confirmed subscription is being listened to
 
 	announced, unacknowledged atomic.Uint64
+
+	// receive is ps.ReceiveTimeout; a test stands in a starved process.
+	receive func(ctx context.Context, ps *redis.PubSub, d time.Duration) (any, error)
 }
 
 // healthEvery is how often a quiet subscription is pinged while the front
 // tier holds entries (an entry it serves must not miss an invalidation),
 // and idleHealthEvery how often otherwise; a ping not answered within two
-// healthEvery ends the subscription as lost.
+// healthEvery, nor found by one more read, ends the subscription as lost.
 const (
 	healthEvery     = 500 * time.Millisecond
 	idleHealthEvery = 30 * time.Second
+	// confirmWait bounds the last read before a silent subscription is
+	// called lost: a process starved of CPU wakes past its deadlines while
+	// the answer to its ping waits in the socket, and this read finds it.
+	confirmWait = 100 * time.Millisecond
 )
 
 func newInvalidator(rdb redis.UniversalClient, prefix string, wait, timeout time.Duration, f *front, apply func([]Invalidation), lost func(), log *slog.Logger) *invalidator {
@@ -71,6 +78,9 @@ func newInvalidator(rdb redis.UniversalClient, prefix string, wait, timeout time
 		rdb: rdb, events: prefix + "realty:invalidate", acks: prefix + "realty:ack:" + id, id: id,
 		wait: wait, timeout: timeout, apply: apply, lost: lost, front: f, log: log,
 		waiting: map[string]chan struct{}{}, subscribed: make(chan struct{}),
+		receive: func(ctx context.Context, ps *redis.PubSub, d time.Duration) (any, error) {
+			return ps.ReceiveTimeout(ctx, d)
+		},
 	}
 }
 
@@ -108,10 +118,15 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribe
 	defer inv.live.Store(false)
 	heard := time.Now()
 	var pinged time.Time // when the ping not answered yet went out
+	suspect := false     // the ping is overdue: one more read decides
 	for ctx.Err() == nil {
 		// go-redis does not end a blocked read when ctx ends, so reads
 		// are short and ctx is checked between them.
-		msg, err := ps.ReceiveTimeout(ctx, healthEvery)
+		wait := healthEvery
+		if suspect {
+			wait = confirmWait
+		}
+		msg, err := inv.receive(ctx, ps, wait)
 		if err != nil {
 			var ne net.Error
 			if !errors.As(err, &ne) || !ne.Timeout() {
@@ -119,10 +134,10 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribe
 			}
 			now := time.Now()
 			switch {
+			case suspect:
+				return subscribed, errors.New("subscription silent")
 			case !pinged.IsZero():
-				if now.Sub(pinged) > 2*healthEvery {
-					return subscribed, errors.New("subscription silent")
-				}
+				suspect = now.Sub(pinged) > 2*healthEvery
 			case inv.front != nil && inv.front.holds(now), now.Sub(heard) >= idleHealthEvery:
 				if err := ps.Ping(ctx); err != nil {
 					return subscribed, err
@@ -131,7 +146,7 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribe
 			}
 			continue
 		}
-		heard, pinged = time.Now(), time.Time{}
+		heard, pinged, suspect = time.Now(), time.Time{}, false
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Count == 2 {
