@@ -321,13 +321,16 @@ func testFeedAwaitUndone(t *testing.T, s FeedStore, exec Exec) {
 		t.Fatalf("AwaitUndone(500ms) with nothing to do = %v, %v after %v; want false after its wait", undone, err, took)
 	}
 
+	written := make(chan error, 1)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		if err := exec(ctx, `UPDATE listings SET is_active = (1 = 0) WHERE id = $1`, l.ID); err != nil {
-			t.Errorf("another writer's UPDATE: %v", err)
-		}
+		written <- exec(ctx, `UPDATE listings SET is_active = (1 = 0) WHERE id = $1`, l.ID)
 	}()
-	if undone, took, err := await(ctx, time.Minute); err != nil || !undone || took > 20*time.Second {
+	undone, took, err := await(ctx, time.Minute)
+	if werr := <-written; werr != nil {
+		t.Fatalf("another writer's UPDATE: %v", werr)
+	}
+	if err != nil || !undone || took > 20*time.Second {
 		t.Fatalf("AwaitUndone(1m) while another writer commits = %v, %v after %v; want true soon after the commit", undone, err, took)
 	}
 
