@@ -72,17 +72,18 @@ const walSettle = 50 * time.Millisecond
 // time, as the consumer does.
 type session struct {
 	*sqlstore.Session
-	wal   string
-	watch *walWatch // nil until the first wait
+	wal       string
+	watch     *walWatch // nil until the first wait
+	unwatched bool      // no watch could be made: waits poll
 }
 
 func (s *session) AwaitUndone(ctx context.Context, wait time.Duration) (bool, error) {
-	if s.watch == nil {
+	if s.watch == nil && !s.unwatched {
 		w, err := newWALWatch(s.wal)
-		if err != nil {
-			return false, fmt.Errorf("feed await undone: %w", err)
-		}
-		s.watch = w
+		s.watch, s.unwatched = w, err != nil
+	}
+	if s.unwatched { // no inotify instance left (fs.inotify.max_user_instances): ask every sqlstore.AwaitEvery
+		return s.Session.AwaitUndone(ctx, wait)
 	}
 	deadline := time.Now().Add(wait)
 	recheck := s.watch.drain() // what changed before is seen by the first ask
