@@ -18,6 +18,9 @@ const (
 	// adoptEvery is how often an idle consumer checks that Redis is the
 	// one adopted (a busy one checks at every poll).
 	adoptEvery = time.Second
+	// idleWait is the longest an idle consumer waits in the store for a
+	// record: it then checks Redis, and waits again.
+	idleWait   = adoptEvery
 	pruneBatch = 10_000
 	// redisGiveUp is how long a consumer that cannot reach Redis keeps the
 	// feed before it leaves it to a gateway that may.
@@ -74,7 +77,8 @@ func (c *Consumer) startLoop(ctx context.Context, fs upstream.FeedSession) (*loo
 // round runs the consumer's duties once, in this order, each at its
 // period:
 //
-//	idle probe       after a quiet round, unless Redis's check or a prune is due; ends an idle round
+//	rest             after a quiet round, unless a prune is due: Redis's check when due, then a wait
+//	                 of up to idleWait for undone records; ends the round when none came
 //	adopt Redis      every round (every adoptEvery while idle)
 //	collect purges   every round
 //	repurge orphans  every orphanAfter/2, at once after a takeover
@@ -87,13 +91,18 @@ func (c *Consumer) startLoop(ctx context.Context, fs upstream.FeedSession) (*loo
 //	renew            after the sleep
 func (l *loop) round(ctx context.Context) error {
 	now := time.Now()
+	checked := false // Redis's check ran in this round
 	if l.mayRest(now) {
-		if rested, err := l.restIfIdle(ctx); err != nil || rested {
+		rested, err := l.rest(ctx, now)
+		if err != nil || rested {
 			return err
 		}
+		checked = l.lastAdopt.Equal(now)
 	}
-	if err := l.adoptRedis(ctx, now); err != nil {
-		return err
+	if !checked {
+		if err := l.adoptRedis(ctx, now); err != nil {
+			return err
+		}
 	}
 	l.w.collectPurged(ctx)
 	if err := l.repurgeOrphans(ctx, now); err != nil {
@@ -125,29 +134,32 @@ func (l *loop) round(ctx context.Context) error {
 // adoptsRedis reports whether the loop adopts the Redis it applies to.
 func (l *loop) adoptsRedis() bool { return l.c.deps.Redis && l.c.cfg.Enabled }
 
-// mayRest reports whether the round may end in the idle probe: the last
-// round was quiet, and neither Redis's check nor a prune is due.
+// mayRest reports whether the round may be a rest: the last round
+// was quiet, and no prune is due.
 func (l *loop) mayRest(now time.Time) bool {
-	redisCheckDue := l.adoptsRedis() && now.Sub(l.lastAdopt) >= adoptEvery
-	return l.quiet && !redisCheckDue && now.Sub(l.lastPrune) < pruneEvery
+	return l.quiet && now.Sub(l.lastPrune) < pruneEvery
 }
 
-// restIfIdle is the idle probe: one read of an empty index says whether
-// anything is to do, and proves the hold; nothing is written. With nothing
-// to do it zeroes the gauges, sleeps and reports true. It sleeps Settle,
-// not Poll, where Settle is the longer: a change another writer makes is
-// left to it for Settle anyway, so it is applied as soon as before.
-func (l *loop) restIfIdle(ctx context.Context) (bool, error) {
-	undone, err := call(ctx, l.s, func(ctx context.Context) (bool, error) { return l.s.Undone(ctx) })
-	if err != nil {
-		return false, err
+// rest is the idle round: Redis's check when it is due, then a wait
+// in the store (AwaitUndone) until a record is not done, for up to
+// idleWait (a quarter lease at most). It writes nothing and proves the
+// hold. With nothing to do it zeroes the gauges and reports true. A record
+// another writer makes ends the wait at once; it is applied after Settle,
+// as before.
+func (l *loop) rest(ctx context.Context, now time.Time) (bool, error) {
+	if l.adoptsRedis() && now.Sub(l.lastAdopt) >= adoptEvery {
+		adopted := l.adopted
+		if err := l.adoptRedis(ctx, now); err != nil || l.adopted != adopted || !l.redisDownSince.IsZero() {
+			return false, err // a new Redis, or none: a full round
+		}
 	}
-	if undone || !l.w.idle() {
-		return false, nil
+	wait := min(idleWait, l.s.Lease()/4)
+	undone, err := call(ctx, l.s, func(ctx context.Context) (bool, error) { return l.s.AwaitUndone(ctx, wait) })
+	if err != nil || undone || !l.w.idle() {
+		return false, err
 	}
 	l.c.backlog.Store(0)
 	l.c.lagNano.Store(0)
-	sleep(ctx, min(max(l.c.cfg.Poll, l.c.cfg.Settle), l.s.Lease()/4))
 	return true, nil
 }
 

@@ -134,11 +134,11 @@ func (s *flakySession) Adopt(ctx context.Context, redisIdentity string, replay t
 	return s.FeedSession.Adopt(ctx, redisIdentity, replay)
 }
 
-func (s *flakySession) Undone(ctx context.Context) (bool, error) {
+func (s *flakySession) AwaitUndone(ctx context.Context, wait time.Duration) (bool, error) {
 	if err := s.partitioned(ctx); err != nil {
 		return false, err
 	}
-	return s.FeedSession.Undone(ctx)
+	return s.FeedSession.AwaitUndone(ctx, wait)
 }
 
 func (s *flakySession) Backlog(ctx context.Context) (int64, time.Duration, error) {

@@ -126,6 +126,8 @@ type Keeper struct {
 	now  func() time.Time
 	// reload asks the poller to read the store now.
 	reload chan struct{}
+	// pingEvery and pongWithin are the constants below; tests shorten them.
+	pingEvery, pongWithin time.Duration
 
 	pollFailures, announced atomic.Uint64
 	subscribed              atomic.Bool
@@ -136,12 +138,13 @@ type Keeper struct {
 const pruneEvery = 10 * time.Minute
 
 // pingEvery is how long a subscription may be quiet before it is pinged;
-// one whose ping is not answered within two healthEvery is taken as lost.
-// The store's poll bounds a revocation's delay meanwhile, so the ping only
-// finds a lost subscription before the next announcement is missed.
+// one whose ping is not answered within pongWithin is taken as lost
+// (about 32 s after it fell silent). The store's poll bounds a
+// revocation's delay meanwhile, so the ping only finds a lost
+// subscription before the next announcement is missed.
 const (
-	healthEvery = time.Second
-	pingEvery   = 30 * time.Second
+	pongWithin = 2 * time.Second
+	pingEvery  = 30 * time.Second
 )
 
 // NewKeeper returns a Keeper of deps.Set that reads deps.Source and, when
@@ -151,7 +154,7 @@ func NewKeeper(cfg Config, deps Deps) (*Keeper, error) {
 		return nil, err
 	}
 	return &Keeper{cfg: cfg, deps: deps, now: time.Now,
-		reload: make(chan struct{}, 1)}, nil
+		reload: make(chan struct{}, 1), pingEvery: pingEvery, pongWithin: pongWithin}, nil
 }
 
 // Stats are a Keeper's counters.
@@ -279,25 +282,32 @@ func (k *Keeper) listen(ctx context.Context) {
 }
 
 // receive applies announcements until the subscription fails or falls
-// silent, and says whether it was confirmed meanwhile.
+// silent, and says whether it was confirmed meanwhile. It reads until the
+// next ping is due, or until the ping's answer is overdue: an idle
+// subscription wakes the gateway once a pingEvery.
 func (k *Keeper) receive(ctx context.Context, ps *redis.PubSub) (subscribed bool, err error) {
+	// go-redis does not end a blocked read when ctx ends: closing does.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
 	heard := time.Now()
 	var pinged time.Time // when the ping not answered yet went out
 	for ctx.Err() == nil {
-		// go-redis does not end a blocked read when ctx ends, so reads are
-		// short and ctx is checked between them.
-		msg, err := ps.ReceiveTimeout(ctx, healthEvery)
+		due := heard.Add(k.pingEvery)
+		if !pinged.IsZero() {
+			due = pinged.Add(k.pongWithin)
+		}
+		msg, err := ps.ReceiveTimeout(ctx, max(time.Until(due), time.Millisecond))
 		if err != nil {
 			var ne net.Error
-			if !errors.As(err, &ne) || !ne.Timeout() {
+			if ctx.Err() != nil || !errors.As(err, &ne) || !ne.Timeout() {
 				return subscribed, err
 			}
 			switch now := time.Now(); {
 			case !pinged.IsZero():
-				if now.Sub(pinged) > 2*healthEvery {
+				if now.Sub(pinged) >= k.pongWithin {
 					return subscribed, errors.New("subscription silent")
 				}
-			case now.Sub(heard) >= pingEvery:
+			case now.Sub(heard) >= k.pingEvery:
 				pctx, cancel := context.WithTimeout(ctx, k.deps.RedisTimeout)
 				err = ps.Ping(pctx)
 				cancel()

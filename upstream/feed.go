@@ -122,11 +122,13 @@ type FeedSession interface {
 	// replay is marked not applied, in the same transaction, so that it is
 	// applied to the new Redis; it returns how many.
 	Adopt(ctx context.Context, redisIdentity string, replay time.Duration) (int64, error)
-	// Undone reports whether any change is not done yet (not applied, or
-	// its purge not acknowledged). It is the idle consumer's poll: a read
-	// that costs the store next to nothing while the feed is idle, and
-	// proves the hold as Renew does.
-	Undone(ctx context.Context) (bool, error)
+	// AwaitUndone reports whether any change is not done yet (not
+	// applied, or its purge not acknowledged), waiting up to wait for one:
+	// it returns true soon after any writer commits a change, and false
+	// once wait has passed without one (at once, with wait 0). It is the
+	// idle consumer's wait: it costs the store and the gateway next to
+	// nothing while the feed is idle, and proves the hold as Renew does.
+	AwaitUndone(ctx context.Context, wait time.Duration) (bool, error)
 	// Backlog counts the changes not yet applied and how long ago the
 	// oldest was made, by the database's clock.
 	Backlog(ctx context.Context) (rows int64, lag time.Duration, err error)

@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -50,14 +51,16 @@ func idleBench(ctx context.Context, opts options, root, work string) (string, er
 	fmt.Fprintf(&w, "## Idle\n\n`go run ./deploy/bench -idle -idle-duration %s`: two gateways on one store, no requests;\n", opts.idleDuration)
 	fmt.Fprintf(&w, "CPU ticks (utime + stime, 1 tick = 10 ms) over %s after %s to settle; %% of one core.\n\n", opts.idleDuration, idleSettle)
 	w.WriteString("| case | consumer ticks | consumer CPU | other ticks | other CPU | SQLite file changes | write_bytes (consumer, other) |\n|---|---|---|---|---|---|---|\n")
+	var profiles strings.Builder
 	for i, c := range cases {
-		row, err := l.idleCase(ctx, c, i, opts.idleDuration)
+		row, err := l.idleCase(ctx, c, i, opts.idleDuration, &profiles)
 		if err != nil {
 			return w.String(), fmt.Errorf("%s: %w", c.name, err)
 		}
 		w.WriteString(row)
 		log.Print(strings.TrimSpace(row))
 	}
+	w.WriteString(profiles.String())
 	return w.String(), nil
 }
 
@@ -65,7 +68,9 @@ func idleBench(ctx context.Context, opts options, root, work string) (string, er
 // feed is taken and the first polls are done.
 const idleSettle = 5 * time.Second
 
-func (l *lab) idleCase(ctx context.Context, c idleCase, n int, d time.Duration) (string, error) {
+// idleCase measures one case and returns its row; with -profile it then
+// records both gateways for d more and writes their profiles to profiles.
+func (l *lab) idleCase(ctx context.Context, c idleCase, n int, d time.Duration, profiles *strings.Builder) (string, error) {
 	file := filepath.Join(l.work, fmt.Sprintf("idle-%d.db", n))
 	var extra []string
 	if c.sqlite {
@@ -121,6 +126,11 @@ func (l *lab) idleCase(ctx context.Context, c idleCase, n int, d time.Duration) 
 		return fmt.Sprintf("%.2f %%", float64(ticks(s))/clockTicks/d.Seconds()*100)
 	}
 	written := func(s *server) int64 { return after[s].writeBytes - before[s].writeBytes }
+	if l.opts.profile && l.opts.profileSet {
+		if err := l.idleProfiles(ctx, profiles, c.name, map[string]*server{"consumer": consumer, "other": other}, d); err != nil {
+			return "", err
+		}
+	}
 	return fmt.Sprintf("| %s | %d | %s | %d | %s | %s | %d B, %d B |\n", c.name, ticks(consumer), share(consumer), ticks(other), share(other),
 		fileChanges, written(consumer), written(other)), nil
 }
@@ -189,4 +199,34 @@ func watchFiles(files []string, stop <-chan struct{}) int {
 			}
 		}
 	}
+}
+
+// idlePerfFreq is the sampling rate of an idle profile: an idle gateway
+// runs for a few milliseconds a second.
+const idlePerfFreq = 9999
+
+// idleProfiles records the idle gateways with perf at once for d, after
+// the measurement, and writes the top of each profile to w.
+func (l *lab) idleProfiles(ctx context.Context, w *strings.Builder, name string, servers map[string]*server, d time.Duration) error {
+	log.Printf("profiling %s for %v", name, d)
+	recs := map[string]*exec.Cmd{}
+	for role, s := range servers {
+		rec, err := startPerf(ctx, s, filepath.Join(l.work, s.name+".perf.data"), idlePerfFreq, d)
+		if err != nil {
+			return err
+		}
+		recs[role] = rec
+	}
+	for _, role := range []string{"consumer", "other"} {
+		if err := waitPerf(recs[role]); err != nil {
+			return err
+		}
+		flat, cum, err := l.perfTops(ctx, filepath.Join(l.work, servers[role].name+".perf.data"))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\n### Profile of %s, %s (perf -F %d -g, %v idle, the gateway's process: by self time, then with callees)\n\n```\n%s\n```\n\n```\n%s\n```\n",
+			name, role, idlePerfFreq, d, strings.Join(flat, "\n"), strings.Join(cum, "\n"))
+	}
+	return nil
 }

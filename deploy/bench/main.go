@@ -100,7 +100,7 @@ func main() {
 	flag.IntVar(&opts.longtailListings, "longtail-listings", 1_000_000, "with -longtail: listings in PostgreSQL")
 	flag.Float64Var(&opts.zipfS, "zipf-s", 1.1, "with -longtail: the Zipf exponent of the requests (> 1)")
 	flag.IntVar(&opts.memoryListings, "memory-listings", 100_000, "with -memory: listings read once each")
-	flag.BoolVar(&opts.profile, "profile", true, "with -miss: record a profile of each miss case with perf")
+	flag.BoolVar(&opts.profile, "profile", true, "with -miss: record a profile of each miss case with perf (with -idle or -release: only when given)")
 	flag.IntVar(&opts.profileLines, "profile-lines", 20, "with -profile: lines of each profile's list with callees")
 	flag.BoolVar(&opts.release, "release", false, "compare this tree's gateway with -against's on the hot hit, alone (against.go)")
 	flag.StringVar(&opts.against, "against", "5aa46a5", "with -release: the commit to compare with, built from its own tree (giving it implies -release)")

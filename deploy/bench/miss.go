@@ -80,22 +80,46 @@ func (l *lab) missSection(ctx context.Context, w *strings.Builder, res map[strin
 // d, and returns perf's top entries by self time and by time with callees.
 func (l *lab) profile(ctx context.Context, s *server, d time.Duration) (flat, cum []string, err error) {
 	data := filepath.Join(l.work, s.name+".perf.data")
-	secs := strconv.FormatFloat(d.Seconds()+0.5, 'f', 1, 64)
-	rec := exec.CommandContext(ctx, "perf", "record", "-q", "-F", "999", "-g", "-p", strconv.Itoa(s.cmd.Process.Pid), "-o", data, "--", "sleep", secs)
-	var recOut strings.Builder
-	rec.Stdout, rec.Stderr = &recOut, &recOut
-	if err := rec.Start(); err != nil {
+	rec, err := startPerf(ctx, s, data, 999, d)
+	if err != nil {
 		return nil, nil, err
 	}
-	time.Sleep(250 * time.Millisecond) // perf attaches
 	if _, err := l.load(ctx, s, l.opts.conns, d, false, ""); err != nil {
 		_ = rec.Process.Kill()
 		_ = rec.Wait()
 		return nil, nil, err
 	}
-	if err := rec.Wait(); err != nil {
-		return nil, nil, fmt.Errorf("perf record: %w\n%s", err, recOut.String())
+	if err := waitPerf(rec); err != nil {
+		return nil, nil, err
 	}
+	return l.perfTops(ctx, data)
+}
+
+// startPerf starts recording s's process with perf for d (and half a
+// second), at freq samples a second, into data, once perf has attached.
+func startPerf(ctx context.Context, s *server, data string, freq int, d time.Duration) (*exec.Cmd, error) {
+	secs := strconv.FormatFloat(d.Seconds()+0.5, 'f', 1, 64)
+	rec := exec.CommandContext(ctx, "perf", "record", "-q", "-F", strconv.Itoa(freq), "-g", "-p", strconv.Itoa(s.cmd.Process.Pid), "-o", data, "--", "sleep", secs)
+	var out strings.Builder
+	rec.Stdout, rec.Stderr = &out, &out
+	if err := rec.Start(); err != nil {
+		return nil, err
+	}
+	time.Sleep(250 * time.Millisecond) // perf attaches
+	return rec, nil
+}
+
+// waitPerf waits for a recording that startPerf started.
+func waitPerf(rec *exec.Cmd) error {
+	if err := rec.Wait(); err != nil {
+		return fmt.Errorf("perf record: %w\n%s", err, rec.Stdout)
+	}
+	return nil
+}
+
+// perfTops returns a recording's top entries by self time and by time
+// with callees.
+func (l *lab) perfTops(ctx context.Context, data string) (flat, cum []string, err error) {
 	report := func(children bool, n int) ([]string, error) {
 		args := []string{"report", "-i", data, "--stdio", "--sort", "sym", "-g", "none", "--percent-limit", "0.1"}
 		if children {

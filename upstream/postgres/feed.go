@@ -46,6 +46,9 @@ const (
 	// to end at the server's cancel request before its connection, and
 	// with it the hold, is closed.
 	cancelGrace = time.Second
+	// clientCheckEvery is how often the server checks, during a statement,
+	// that the consumer's connection is still open (PostgreSQL 14).
+	clientCheckEvery = 250 * time.Millisecond
 )
 
 var _ upstream.Feed = (*Store)(nil)
@@ -74,16 +77,93 @@ func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSessio
 	db := connDB{conn}
 	renew := func(ctx context.Context) error {
 		_, err := conn.Exec(ctx, `SELECT 1`)
-		if err != nil && conn.IsClosed() { // the lock went with the session
-			return fmt.Errorf("feed session closed: %w: %w", upstream.ErrNotConsumer, err)
-		}
-		return err
+		return lostHold(conn, err)
 	}
 	release := func(ctx context.Context) error {
 		_, unlockErr := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(feedLock))
 		return errors.Join(unlockErr, conn.Close(ctx))
 	}
-	return sqlstore.NewSession(db, nowMillis, feedLease, renew, release), nil
+	fs := &feedSession{Session: sqlstore.NewSession(db, nowMillis, feedLease, renew, release), conn: conn}
+	fs.longest = awaitLongest(ctx, conn)
+	return fs, nil
+}
+
+// lostHold marks err as the loss of the hold where the session closed:
+// the lock went with it.
+func lostHold(conn *pgx.Conn, err error) error {
+	if err != nil && conn.IsClosed() {
+		return fmt.Errorf("feed session closed: %w: %w", upstream.ErrNotConsumer, err)
+	}
+	return err
+}
+
+// awaitUndoneFunc waits on the server, on the consumer's session, until a
+// change is not done or wait_ms have passed, looking every every_ms: one
+// round trip a wait instead of one a look. Each look is a statement of its
+// own, with its own snapshot, so it sees what others committed meanwhile.
+const awaitUndoneFunc = `CREATE OR REPLACE FUNCTION pg_temp.gateway_await_undone(wait_ms bigint, every_ms bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+	deadline timestamptz := clock_timestamp() + wait_ms * interval '1 millisecond';
+	left_ms double precision;
+BEGIN
+	LOOP
+		IF EXISTS (SELECT 1 FROM listing_changes WHERE done_at IS NULL) THEN
+			RETURN true;
+		END IF;
+		left_ms := extract(epoch FROM deadline - clock_timestamp()) * 1000;
+		IF left_ms <= 0 THEN
+			RETURN false;
+		END IF;
+		PERFORM pg_sleep(least(every_ms, left_ms) / 1000.0);
+	END LOOP;
+END $$`
+
+// feedSession is the consumer's session: the shared statements, and a
+// wait on the server for undone changes.
+type feedSession struct {
+	*sqlstore.Session
+	conn *pgx.Conn
+	// longest bounds one wait on the server, under the session's
+	// statement_timeout; 0: no wait on the server.
+	longest time.Duration
+}
+
+// AwaitUndone waits on the server (awaitUndoneFunc), up to the longest
+// wait that the statement timeout allows, looking every
+// sqlstore.AwaitEvery. A wait that its context ends is cancelled on the
+// server, and the session lives on (see connectFeedSession); one whose
+// client vanished ends at client_connection_check_interval.
+func (s *feedSession) AwaitUndone(ctx context.Context, wait time.Duration) (bool, error) {
+	if s.longest <= 0 {
+		return s.Session.AwaitUndone(ctx, wait)
+	}
+	wait = min(wait, s.longest)
+	var undone bool
+	err := s.conn.QueryRow(ctx, `SELECT pg_temp.gateway_await_undone($1, $2)`,
+		wait.Milliseconds(), sqlstore.AwaitEvery.Milliseconds()).Scan(&undone)
+	if err != nil {
+		return false, fmt.Errorf("feed await undone: %w", lostHold(s.conn, err))
+	}
+	return undone, nil
+}
+
+// awaitLongest creates awaitUndoneFunc on conn and returns the longest
+// wait on the server that the session's statement_timeout allows: three
+// quarters of it. It returns 0 where the function cannot be made (no TEMP
+// privilege): AwaitUndone then polls.
+func awaitLongest(ctx context.Context, conn *pgx.Conn) time.Duration {
+	var timeoutMS int64
+	if err := conn.QueryRow(ctx, `SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout'`).Scan(&timeoutMS); err != nil {
+		return 0
+	}
+	if _, err := conn.Exec(ctx, awaitUndoneFunc); err != nil {
+		return 0
+	}
+	if timeoutMS <= 0 {
+		return time.Hour
+	}
+	return time.Duration(timeoutMS) * time.Millisecond * 3 / 4
 }
 
 // connectFeedSession opens the consumer's own session: TCP keepalives on
@@ -117,6 +197,9 @@ func (s *Store) connectFeedSession(ctx context.Context) (*pgx.Conn, error) {
 		fmt.Sprintf("SET tcp_keepalives_count = %d", keepAliveCount),
 		fmt.Sprintf("SET tcp_user_timeout = %d", feedIdleTimeout.Milliseconds()),
 		fmt.Sprintf("SET idle_session_timeout = %d", feedIdleTimeout.Milliseconds()),
+		// A wait on the server (AwaitUndone) ends soon after its client
+		// closed the connection, rather than at its own end.
+		fmt.Sprintf("SET client_connection_check_interval = %d", clientCheckEvery.Milliseconds()),
 	} {
 		if _, err := conn.Exec(ctx, set); err != nil && !unknownSetting(err) {
 			closeFeedSession(ctx, conn)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"time"
 
 	"github.com/realty-gateway/gateway/upstream"
@@ -61,42 +60,61 @@ func (s *Store) Acquire(ctx context.Context, holder string) (upstream.FeedSessio
 	return &session{Session: sqlstore.NewSession(db, nowMillis, feedLease, renew, release), wal: s.path + "-wal"}, nil
 }
 
-// undoneRecheck bounds how long Undone trusts an unchanged write-ahead log.
-const undoneRecheck = time.Second
+// walSettle is how long after a change of the write-ahead log
+// AwaitUndone asks again: a commit writes the log a moment before it is
+// visible (an fsync on the way, with synchronous=FULL).
+const walSettle = 50 * time.Millisecond
 
 // session is the SQLite side of the feed's hold. Every commit, by any
-// process, writes the write-ahead log: while its size and modification
-// time stay as they were when Undone last found nothing undone, Undone
-// answers without a query. It asks the database at least every
-// undoneRecheck all the same, for a commit that left both alike (one
-// within the file system's timestamp granularity of the last). Undone is
-// called from one goroutine at a time, as the consumer does.
+// process, writes the write-ahead log: AwaitUndone asks the database when
+// it starts, and then only when the log changes (inotify on Linux), so an
+// idle consumer reads once a wait. It is called from one goroutine at a
+// time, as the consumer does.
 type session struct {
 	*sqlstore.Session
 	wal       string
-	idleWAL   walState // zero: not known idle
-	idleSince time.Time
+	watch     *walWatch // nil until the first wait
+	unwatched bool      // no watch could be made: waits poll
 }
 
-type walState struct {
-	size    int64
-	modTime int64
+func (s *session) AwaitUndone(ctx context.Context, wait time.Duration) (bool, error) {
+	if s.watch == nil && !s.unwatched {
+		w, err := newWALWatch(s.wal)
+		s.watch, s.unwatched = w, err != nil
+	}
+	if s.unwatched { // no inotify instance left (fs.inotify.max_user_instances): ask every sqlstore.AwaitEvery
+		return s.Session.AwaitUndone(ctx, wait)
+	}
+	deadline := time.Now().Add(wait)
+	recheck := s.watch.drain() // what changed before is seen by the first ask
+	for {
+		undone, err := s.Session.Undone(ctx)
+		left := time.Until(deadline)
+		if err != nil || undone || left <= 0 {
+			return undone, err
+		}
+		d := left
+		if recheck {
+			d = min(walSettle, left) // once more, for a commit not yet visible
+		}
+		changed, err := s.watch.wait(ctx, d)
+		if err != nil {
+			return false, fmt.Errorf("feed await undone: %w", err)
+		}
+		if !changed && !recheck {
+			return false, nil
+		}
+		recheck = changed
+	}
 }
 
-func (s *session) Undone(ctx context.Context) (bool, error) {
-	var st walState
-	if fi, err := os.Stat(s.wal); err == nil {
-		st = walState{size: fi.Size(), modTime: fi.ModTime().UnixNano()}
+// Close gives the feed up and ends the watch.
+func (s *session) Close(ctx context.Context) error {
+	err := s.Session.Close(ctx)
+	if s.watch != nil {
+		err = errors.Join(err, s.watch.Close())
 	}
-	if st != (walState{}) && st == s.idleWAL && time.Since(s.idleSince) < undoneRecheck {
-		return false, nil
-	}
-	s.idleWAL = walState{}
-	undone, err := s.Session.Undone(ctx) // after the stat: a commit between them is seen
-	if err == nil && !undone {
-		s.idleWAL, s.idleSince = st, time.Now()
-	}
-	return undone, err
+	return err
 }
 
 func (s *Store) feedDB() database {

@@ -36,6 +36,7 @@ func RunFeed(t *testing.T, open func(t *testing.T) (FeedStore, Exec)) {
 		{"RemovedRowComesBackHigher", testFeedRemovedRow},
 		{"MultiRowInsert", testFeedMultiRowInsert},
 		{"OneConsumer", testFeedOneConsumer},
+		{"AwaitUndone", testFeedAwaitUndone},
 		{"ApplyAndPrune", testFeedApplyAndPrune},
 		{"AdoptReplays", testFeedAdoptReplays},
 		{"Settle", testFeedSettle},
@@ -283,6 +284,67 @@ func testFeedOneConsumer(t *testing.T, s FeedStore, _ Exec) {
 	second := mustAcquire(t, s)
 	if err := second.Renew(ctx); err != nil {
 		t.Fatalf("Renew of the second holder: %v", err)
+	}
+}
+
+// testFeedAwaitUndone: the idle consumer's wait says false once its bound
+// has passed without a change, true at once while a change is undone and
+// soon after another writer commits one, and ends with its context,
+// leaving the hold as it was.
+func testFeedAwaitUndone(t *testing.T, s FeedStore, exec Exec) {
+	ctx := context.Background()
+	l := seedActive(t, s, seed(t, s))
+	fs := mustAcquire(t, s)
+	markAllDone := func() {
+		t.Helper()
+		cs, err := fs.Pending(ctx, 0, 1000)
+		if err == nil {
+			err = fs.MarkApplied(ctx, seqs(cs), true)
+		}
+		if err != nil {
+			t.Fatalf("marking every change done: %v", err)
+		}
+	}
+	await := func(ctx context.Context, wait time.Duration) (bool, time.Duration, error) {
+		began := time.Now()
+		undone, err := fs.AwaitUndone(ctx, wait)
+		return undone, time.Since(began), err
+	}
+	if undone, took, err := await(ctx, time.Minute); err != nil || !undone || took > 10*time.Second {
+		t.Fatalf("AwaitUndone with a change undone = %v, %v after %v; want true at once", undone, err, took)
+	}
+	markAllDone()
+	if undone, _, err := await(ctx, 0); err != nil || undone {
+		t.Fatalf("AwaitUndone(0) with every change done = %v, %v; want false", undone, err)
+	}
+	if undone, took, err := await(ctx, 500*time.Millisecond); err != nil || undone || took < 250*time.Millisecond {
+		t.Fatalf("AwaitUndone(500ms) with nothing to do = %v, %v after %v; want false after its wait", undone, err, took)
+	}
+
+	written := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		written <- exec(ctx, `UPDATE listings SET is_active = (1 = 0) WHERE id = $1`, l.ID)
+	}()
+	undone, took, err := await(ctx, time.Minute)
+	if werr := <-written; werr != nil {
+		t.Fatalf("another writer's UPDATE: %v", werr)
+	}
+	if err != nil || !undone || took > 20*time.Second {
+		t.Fatalf("AwaitUndone(1m) while another writer commits = %v, %v after %v; want true soon after the commit", undone, err, took)
+	}
+
+	markAllDone()
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, took, err := await(cctx, time.Minute); err == nil || took > 20*time.Second {
+		t.Fatalf("AwaitUndone(1m) whose context ends after 300 ms: error %v after %v; want the context's error", err, took)
+	}
+	if err := fs.Renew(ctx); err != nil {
+		t.Fatalf("Renew after a wait that its context ended: %v; want the hold as it was", err)
+	}
+	if undone, _, err := await(ctx, 0); err != nil || undone {
+		t.Fatalf("AwaitUndone(0) after a wait that its context ended = %v, %v; want false", undone, err)
 	}
 }
 

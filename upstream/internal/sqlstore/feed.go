@@ -351,6 +351,30 @@ func (s *Session) Undone(ctx context.Context) (bool, error) {
 	return undone, nil
 }
 
+// AwaitEvery is how often AwaitUndone asks while it waits, where the
+// engine has no better way to wait.
+const AwaitEvery = 100 * time.Millisecond
+
+// AwaitUndone asks Undone every AwaitEvery until a change is not done or
+// wait has passed: the engines replace it with a wait that asks less.
+func (s *Session) AwaitUndone(ctx context.Context, wait time.Duration) (bool, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		undone, err := s.Undone(ctx)
+		left := time.Until(deadline)
+		if err != nil || undone || left <= 0 {
+			return undone, err
+		}
+		t := time.NewTimer(min(AwaitEvery, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 func (s *Session) Backlog(ctx context.Context) (rows int64, lag time.Duration, err error) {
 	var lagMillis int64
 	err = s.db.QueryRow(ctx, `SELECT count(*), COALESCE(`+s.now+` - min(changed_at), 0) FROM listing_changes
