@@ -32,6 +32,13 @@ func newMetrics(m *metrics.Metrics, listings *cache.Cache, guarded *upstream.Gua
 	observeCacheReads(m, listings, rdb != nil)
 	m.CounterFunc("gateway_singleflight_shared_total", "Reads that joined another read's load of the same listing.", nil,
 		func() float64 { return float64(listings.Stats().Shared) })
+	for scope, read := range map[string]func(cache.Stats) uint64{
+		"process": func(s cache.Stats) uint64 { return s.Shared },
+		"fleet":   func(s cache.Stats) uint64 { return s.Coalesced },
+	} {
+		m.CounterFunc("gateway_cache_coalesced_total", "Reads answered by another read's load of the same listing: in this process, or on the gateway that held the cold key's lease in Redis.",
+			prometheus.Labels{"scope": scope}, func() float64 { return float64(read(listings.Stats())) })
+	}
 	breakers := map[string]func() breaker.State{"store": guarded.BreakerState, "redis": listings.TierBreakerState, "limiter": limiter.BreakerState}
 	if purger != nil {
 		// purge: the queue's (retries, repeats, the change feed's purges);

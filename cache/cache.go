@@ -111,6 +111,9 @@ type Entry struct {
 	No     int64
 	Active bool
 	State  State
+	// Collapsed: another gateway's load answered this read (a Miss here):
+	// it held the lease on the cold key (lease.go).
+	Collapsed bool
 	// FreshUntil is when the cached copy stops being fresh, in unix ms.
 	FreshUntil int64
 	// LastModified is when the store recorded this version, in unix ms,
@@ -320,6 +323,7 @@ func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, de
 	}
 	c.front = f
 	c.inv = newInvalidator(rdb, deps.Prefix, cfg.InvalidationWait, opTimeout, f, c.applyInvalidations, c.trust.distrust, deps.Log)
+	rt.filled = c.inv.filled
 	return c, nil
 }
 

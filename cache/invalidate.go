@@ -35,6 +35,7 @@ type invalidator struct {
 	rdb     redis.UniversalClient
 	events  string
 	acks    string
+	filled  string // where lease holders announce their fills (lease.go)
 	id      string
 	seq     atomic.Uint64
 	wait    time.Duration
@@ -46,6 +47,7 @@ type invalidator struct {
 
 	mu      sync.Mutex
 	waiting map[string]chan struct{}
+	fills   map[string]chan struct{} // closed when the key's fill is announced
 
 	subscribed     chan struct{} // closed at the first confirmed subscription
 	subscribedOnce sync.Once
@@ -76,6 +78,7 @@ func newInvalidator(rdb redis.UniversalClient, prefix string, wait, timeout time
 	id := hex.EncodeToString(b)
 	return &invalidator{
 		rdb: rdb, events: prefix + "realty:invalidate", acks: prefix + "realty:ack:" + id, id: id,
+		filled: prefix + "realty:filled", fills: map[string]chan struct{}{},
 		wait: wait, timeout: timeout, apply: apply, lost: lost, front: f, log: log,
 		waiting: map[string]chan struct{}{}, subscribed: make(chan struct{}),
 		receive: func(ctx context.Context, ps *redis.PubSub, d time.Duration) (any, error) {
@@ -88,7 +91,7 @@ func newInvalidator(rdb redis.UniversalClient, prefix string, wait, timeout time
 func (inv *invalidator) run(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		ps := inv.rdb.Subscribe(ctx, inv.events, inv.acks)
+		ps := inv.rdb.Subscribe(ctx, inv.events, inv.acks, inv.filled)
 		subscribed, err := inv.listen(ctx, ps)
 		_ = ps.Close()
 		if inv.front != nil {
@@ -149,7 +152,7 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribe
 		heard, pinged, suspect = time.Now(), time.Time{}, false
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" && m.Count == 2 {
+			if m.Kind == "subscribe" && m.Count == 3 {
 				subscribed = true
 				inv.live.Store(true)
 				if inv.front != nil {
@@ -158,14 +161,49 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribe
 				inv.subscribedOnce.Do(func() { close(inv.subscribed) })
 			}
 		case *redis.Message:
-			if m.Channel == inv.acks {
+			switch m.Channel {
+			case inv.acks:
 				inv.acknowledged(m.Payload)
+				continue
+			case inv.filled:
+				inv.fillAnnounced(m.Payload)
 				continue
 			}
 			inv.handle(ctx, m.Payload)
 		}
 	}
 	return subscribed, ctx.Err()
+}
+
+// watchFill returns a channel closed when a fill of name is announced,
+// and the function that stops watching.
+func (inv *invalidator) watchFill(name string) (<-chan struct{}, func()) {
+	if inv == nil {
+		return nil, func() {}
+	}
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	ch, ok := inv.fills[name]
+	if !ok {
+		ch = make(chan struct{})
+		inv.fills[name] = ch
+	}
+	return ch, func() {
+		inv.mu.Lock()
+		defer inv.mu.Unlock()
+		if inv.fills[name] == ch {
+			delete(inv.fills, name)
+		}
+	}
+}
+
+func (inv *invalidator) fillAnnounced(name string) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if ch, ok := inv.fills[name]; ok {
+		close(ch)
+		delete(inv.fills, name)
+	}
 }
 
 // hears reports whether this process receives the writes that other

@@ -54,6 +54,12 @@ func (o *observedTier) del(ctx context.Context, name string) error {
 	return err
 }
 
+func (o *observedTier) lease(ctx context.Context, name, token string, ttl time.Duration) (bool, error) {
+	held, err := o.sharedTier.lease(ctx, name, token, ttl)
+	o.observe(err)
+	return held, err
+}
+
 func (o *observedTier) observe(err error) {
 	if err == nil {
 		// A load first: a compare-and-swap on every hit would contend.

@@ -99,6 +99,8 @@ type loaded struct {
 	state State
 	// absent: a cached "no such listing" answered.
 	absent bool
+	// collapsed: another gateway's load answered (its lease).
+	collapsed bool
 }
 
 // flight runs once per key at a time, within the load timeout, detached
@@ -106,18 +108,40 @@ type loaded struct {
 // second look of groupcache's load: a flight that ended since the
 // caller's look at the local tier filled it.
 func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Coding) (loaded, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.loadTimeout)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
 	gen := c.local.generation() // before the read whose result it keeps
-	r, v := c.readShared(ctx, k, name)
+	r, v, lease := c.lookShared(ctx, k, name)
 	switch v {
 	case admitted:
 		c.local.keep(k, r, gen, c.now())
 		return loaded{r: r, state: Hit}, nil
+	case coalesced:
+		c.local.keep(k, r, gen, c.now())
+		return loaded{r: r, state: Miss, collapsed: true}, nil
 	case absent:
 		return loaded{absent: true}, notFound(name)
 	}
-	return c.loadStore(ctx, k, name, r, v, gen, cod)
+	ctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
+	defer cancel()
+	l, err := c.loadStore(ctx, k, name, r, v, gen, cod)
+	if lease != "" {
+		c.shared.release(name, lease)
+	}
+	return l, err
+}
+
+// lookShared reads k from the shared tier, within the load timeout, and
+// admits what it holds. Where the key is cold it takes the fleet's lease
+// on it, or answers from the fill of the gateway that holds it (lease.go).
+func (c *Cache) lookShared(ctx context.Context, k Key, name string) (r record, v verdict, lease string) {
+	rctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
+	r, v = c.readShared(rctx, k, name)
+	cancel()
+	if v != missing {
+		return r, v, ""
+	}
+	l := c.leaseOrWait(ctx, k, name)
+	return l.r, l.v, l.token
 }
 
 // readShared reads k from the shared tier and admits what it holds.
@@ -225,7 +249,9 @@ func (c *Cache) answer(res singleflight.Result, endWait func(shared bool, err er
 	default:
 		c.counts.misses.Add(1)
 	}
-	return l.r.entry(l.state), nil
+	e := l.r.entry(l.state)
+	e.Collapsed = l.collapsed
+	return e, nil
 }
 
 // notFound is the error of a listing known absent under name.

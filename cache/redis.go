@@ -55,6 +55,8 @@ type redisTier struct {
 	// fault is told of every failed operation: Redis may have missed a
 	// write meanwhile.
 	fault func()
+	// filled is the channel on which a lease's release announces its fill.
+	filled string
 }
 
 func newRedisTier(rdb redis.UniversalClient, opTimeout time.Duration, log *slog.Logger) *redisTier {

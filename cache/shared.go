@@ -23,6 +23,13 @@ type sharedTier interface {
 	write(ctx context.Context, writes []keyWrite) []error
 	// del removes a key.
 	del(ctx context.Context, name string) error
+	// lease takes the fleet's lease on the cold key name for ttl under
+	// token, and reports whether this process holds it; without Redis
+	// every process holds its own. release ends it where it is still
+	// token's and announces name's fill to the gateways that wait; best
+	// effort, without waiting (lease.go).
+	lease(ctx context.Context, name, token string, ttl time.Duration) (bool, error)
+	release(name, token string)
 	// addVariants adds r's variants to the records under names that still
 	// hold r's version; best effort, without waiting.
 	addVariants(names []string, r record)

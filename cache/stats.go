@@ -44,13 +44,16 @@ type Stats struct {
 	// Compressed counts the versions' bodies compressed here, one per
 	// version and coding that a request asked for first (variants.go).
 	Compressed uint64 `json:"compressed"`
+	// Coalesced are the flights that another gateway's load answered:
+	// they found its lease on the cold key and waited for its fill.
+	Coalesced uint64 `json:"coalesced"`
 }
 
 // counters are the live counts of a Cache, one for each counter of Stats
 // under the same name. Announced and Unacknowledged are the invalidator's.
 type counters struct {
 	hits, misses, stale, storeLoads, tierErrors, corrupt, incoherent atomic.Uint64
-	localHits, tierHits, negative, shared, compressed                atomic.Uint64
+	localHits, tierHits, negative, shared, compressed, coalesced     atomic.Uint64
 }
 
 // snapshot reads the counters into a Stats; each is read on its own, so a
@@ -61,6 +64,7 @@ func (n *counters) snapshot() Stats {
 		StoreLoads: n.storeLoads.Load(), TierErrors: n.tierErrors.Load(), Corrupt: n.corrupt.Load(),
 		Incoherent: n.incoherent.Load(), LocalHits: n.localHits.Load(), TierHits: n.tierHits.Load(),
 		Negative: n.negative.Load(), Shared: n.shared.Load(), Compressed: n.compressed.Load(),
+		Coalesced: n.coalesced.Load(),
 	}
 }
 

@@ -183,3 +183,28 @@ func (s staleListings) Load(ctx context.Context, k cache.Key, cod coding.Coding)
 	e.FreshUntil = time.Now().Add(-time.Hour + time.Minute).UnixMilli() // fresh for a minute, an hour ago
 	return e, err
 }
+
+// TestCacheStatusNamesEachPath: RFC 9211's Cache-Status of each way a
+// listing read is answered, a miss that another gateway's load answered
+// (its lease on the cold key) with "collapsed".
+func TestCacheStatusNamesEachPath(t *testing.T) {
+	now := time.UnixMilli(1_800_000_000_000)
+	fresh := now.Add(90 * time.Second).UnixMilli()
+	tests := []struct {
+		name string
+		give cache.Entry
+		want string
+	}{
+		{"hit", cache.Entry{State: cache.Hit, FreshUntil: fresh}, "realty-gateway; hit; ttl=90"},
+		{"stale", cache.Entry{State: cache.Stale, FreshUntil: now.Add(-time.Minute).UnixMilli()}, `realty-gateway; hit; ttl=-60; detail="stale-if-error"`},
+		{"miss", cache.Entry{State: cache.Miss, FreshUntil: fresh}, "realty-gateway; fwd=miss"},
+		{"miss answered by another gateway's load", cache.Entry{State: cache.Miss, FreshUntil: fresh, Collapsed: true}, "realty-gateway; fwd=miss; collapsed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := string(appendCacheStatus(nil, tt.give, now)); got != tt.want {
+				t.Fatalf("Cache-Status %q; want %q", got, tt.want)
+			}
+		})
+	}
+}

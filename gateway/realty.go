@@ -222,9 +222,12 @@ func appendCacheStatus(b []byte, e cache.Entry, now time.Time) []byte {
 	case cache.Stale:
 		b = strconv.AppendInt(append(b, "hit; ttl="...), min(-1, (e.FreshUntil-now.UnixMilli())/1000), 10)
 		return append(b, `; detail="stale-if-error"`...)
-	default:
-		return append(b, "fwd=miss"...)
+	case cache.Miss:
+		if e.Collapsed { // another gateway's load, which this one waited for
+			return append(b, "fwd=miss; collapsed"...)
+		}
 	}
+	return append(b, "fwd=miss"...)
 }
 
 // noneMatch applies If-None-Match's weak comparison (RFC 9110 §13.1.2) to

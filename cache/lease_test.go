@@ -1,0 +1,112 @@
+package cache
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/realty-gateway/gateway/internal/testenv"
+)
+
+// fleet is n gateways' caches over one Redis prefix and one store, each
+// subscribed as a serving gateway is.
+func fleet(t *testing.T, n int, src *source) []*Cache {
+	rdb, prefix := redisFor(t)
+	cs := make([]*Cache, n)
+	for i := range cs {
+		cs[i] = running(t, must(t)(NewRedis(rdb, testRedisTimeout, testConfig(), testDeps(src, prefix))))
+	}
+	return cs
+}
+
+// TestColdKeyIsLoadedOnceForTheFleet: four gateways miss the same cold
+// key at once; one of them holds the lease and reads the store, and the
+// others answer from its fill.
+func TestColdKeyIsLoadedOnceForTheFleet(t *testing.T) {
+	src := newSource(listing(5, 1, 1, true))
+	src.gate = make(chan struct{})
+	cs := fleet(t, 4, src)
+	var wg sync.WaitGroup
+	got := make([]Entry, len(cs))
+	for i, c := range cs {
+		wg.Go(func() {
+			e, err := c.Get(context.Background(), ByID(5))
+			if err != nil {
+				t.Errorf("gateway %d: %v", i, err)
+			}
+			got[i] = e
+		})
+	}
+	testenv.WaitFor(t, func() bool { return src.looked.Load() >= 1 })
+	time.Sleep(2 * leasePoll) // the others reach the lease and wait
+	close(src.gate)
+	wg.Wait()
+	if n := src.calls.Load(); n != 1 {
+		t.Fatalf("%d store reads for one cold key on four gateways; want 1", n)
+	}
+	var coalesced uint64
+	collapsed := 0
+	for i, c := range cs {
+		if got[i].ID != 5 || got[i].revision != 1 || got[i].State != Miss {
+			t.Errorf("gateway %d answered %+v", i, got[i])
+		}
+		if got[i].Collapsed {
+			collapsed++
+		}
+		coalesced += c.Stats().Coalesced
+	}
+	if coalesced != 3 || collapsed != 3 {
+		t.Fatalf("%d reads counted and %d marked as answered by another gateway's load; want 3", coalesced, collapsed)
+	}
+}
+
+// TestLeaseOfADeadHolderIsTakenOver: a lease whose holder died (nobody
+// releases it) expires, and a waiter takes it over and loads; nothing
+// waits past the load timeout.
+func TestLeaseOfADeadHolderIsTakenOver(t *testing.T) {
+	src := newSource(listing(5, 1, 1, true))
+	cs := fleet(t, 1, src)
+	c := cs[0]
+	rdb := redisOf(c).rdb
+	lease := leaseKey(ByID(5).name(c.prefix))
+	if err := rdb.Set(context.Background(), lease, "dead-holder", 300*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	e, err := c.Get(context.Background(), ByID(5))
+	if err != nil || e.ID != 5 || e.State != Miss {
+		t.Fatalf("Get = %+v, %v; want a miss loaded here", e, err)
+	}
+	if waited := time.Since(start); waited < 250*time.Millisecond || waited > c.loadTimeout+time.Second {
+		t.Fatalf("answered after %v; want after the dead holder's lease, within the load timeout", waited)
+	}
+	if n := src.calls.Load(); n != 1 {
+		t.Fatalf("%d store reads; want 1", n)
+	}
+	testenv.Eventually(t, "the lease released", func() bool {
+		n, err := rdb.Exists(context.Background(), lease).Result()
+		return err == nil && n == 0
+	})
+}
+
+// TestLeaseLivesInItsKeysSlot: a lease hashes to its key's Redis Cluster
+// slot, with or without a hash tag in the key's prefix.
+func TestLeaseLivesInItsKeysSlot(t *testing.T) {
+	// hashTag is what Redis Cluster hashes: the first {…} that holds
+	// something, else the whole key.
+	hashTag := func(key string) string {
+		if i := strings.IndexByte(key, '{'); i >= 0 {
+			if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+				return key[i+1 : i+1+j]
+			}
+		}
+		return key
+	}
+	for _, name := range []string{"realty:id:5", "gw:realty:listing:3-12", "{gw}:realty:id:5"} {
+		if got, want := hashTag(leaseKey(name)), hashTag(name); got != want {
+			t.Errorf("leaseKey(%q) = %q hashes %q; the key hashes %q", name, leaseKey(name), got, want)
+		}
+	}
+}
