@@ -80,11 +80,7 @@ func releaseBench(ctx context.Context, opts options, root, work string) (string,
 	if _, err := gitOut(ctx, root, "worktree", "add", "--detach", oldTree, rev); err != nil {
 		return "", fmt.Errorf("git worktree add %s: %w", short, err)
 	}
-	defer func() {
-		// Not ctx: the worktree goes even when the run was interrupted.
-		_, _ = gitOut(context.Background(), root, "worktree", "remove", "--force", oldTree)
-		_, _ = gitOut(context.Background(), root, "worktree", "prune")
-	}()
+	defer removeWorktree(root, oldTree)
 
 	armOpts := opts
 	armOpts.db = "" // each build its own new database: schemas differ between releases
@@ -501,6 +497,29 @@ func partShares(ctx context.Context, data string) (map[string]float64, error) {
 		shares[name] = 100 * float64(n) / float64(max(total, 1))
 	}
 	return shares, nil
+}
+
+// worktreeOf checks the commit rev out in a git worktree of its own in
+// work, for its build: it returns the tree, the commit's short name and
+// what removes the tree.
+func worktreeOf(ctx context.Context, root, work, rev string) (tree, short string, remove func(), err error) {
+	full, err := gitOut(ctx, root, "rev-parse", "--verify", "--quiet", rev+"^{commit}")
+	if err != nil {
+		return "", "", nil, fmt.Errorf("-against %s: not a commit of this repository: %w", rev, err)
+	}
+	short, _ = gitOut(ctx, root, "rev-parse", "--short", full)
+	tree = filepath.Join(work, "against-src")
+	if _, err := gitOut(ctx, root, "worktree", "add", "--detach", tree, full); err != nil {
+		return "", "", nil, fmt.Errorf("git worktree add %s: %w", short, err)
+	}
+	return tree, short, func() { removeWorktree(root, tree) }, nil
+}
+
+// removeWorktree removes a worktree that the run added, not with the
+// run's context: it goes even when the run was interrupted.
+func removeWorktree(root, tree string) {
+	_, _ = gitOut(context.Background(), root, "worktree", "remove", "--force", tree)
+	_, _ = gitOut(context.Background(), root, "worktree", "prune")
 }
 
 // gitOut runs git in dir and returns its trimmed output.

@@ -227,7 +227,7 @@ func (l *lab) seed(ctx context.Context) error {
 		}
 	}
 	n := 0
-	if l.opts.cases || l.opts.miss || l.opts.codings || l.opts.tokens || l.opts.feed || l.opts.release { // -release: its miss case
+	if l.opts.cases || l.opts.miss || l.opts.codings || l.opts.tokens || l.opts.feed || l.opts.release || l.opts.burst { // -release: its miss case; -burst: every run's
 		n = l.opts.listings
 	}
 	if l.opts.longtail && !l.opts.feed {

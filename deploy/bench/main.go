@@ -15,6 +15,7 @@
 //	go run ./deploy/bench -import                # listing import: listings/s, peak RSS, the drain into a fleet (import.go)
 //	go run ./deploy/bench -release -reps 6 -duration 10s  # this tree against 5aa46a5 on the hot hit (against.go), about 9 minutes
 //	go run ./deploy/bench -against REV -profile  # against another commit (HEAD: A/B of uncommitted changes), with profiles
+//	go run ./deploy/bench -burst -against cdd425d -reps 4  # the cold burst on 4 gateways, this tree against the build before the lease (burst.go), about 4 minutes
 //
 // Parts, each of which runs alone when named (with none named, all run):
 //
@@ -37,6 +38,12 @@
 //	           profile of each gateway and each part's share of its samples, both builds side by side. Use it on
 //	           every change to the request path and quote its table; an even -reps puts each build first equally
 //	           often. docs/performance.md ("Release against release") says how to read it on a shared machine.
+//	-burst     the cold burst, alone (not part of the whole run): 4 gateways on one Redis key prefix and PostgreSQL
+//	           (through a proxy of the bench's), -conns clients each (one wrk -t1 per gateway) at 200 listings that no
+//	           gateway has read, at random, for -duration (3s unless given); reports the store's listing reads per
+//	           listing, summed over the gateways, with p99, p99.9, max and errors; the store as it is and slowed by
+//	           20 ms per answer. With -against REV, that commit's build too, built as -release builds it, the two
+//	           interleaved (burst.go)
 //	-quick     shorter runs and fewer listings, for a look while developing
 //	-db NAME   keep the run's PostgreSQL database under NAME and reuse it next time (the import of 1,000,000 listings takes
 //	           about 6 minutes); rows imported by an older build lack what later schema steps fill when a row is written,
@@ -103,7 +110,9 @@ func main() {
 	flag.BoolVar(&opts.profile, "profile", true, "with -miss: record a profile of each miss case with perf (with -idle or -release: only when given)")
 	flag.IntVar(&opts.profileLines, "profile-lines", 20, "with -profile: lines of each profile's list with callees")
 	flag.BoolVar(&opts.release, "release", false, "compare this tree's gateway with -against's on the hot hit, alone (against.go)")
-	flag.StringVar(&opts.against, "against", "5aa46a5", "with -release: the commit to compare with, built from its own tree (giving it implies -release)")
+	flag.StringVar(&opts.against, "against", "5aa46a5", "with -release: the commit to compare with, built from its own tree (giving it implies -release, but for -burst)")
+	flag.DurationVar(&opts.burstRedisTimeout, "burst-redis-timeout", 0, "with -burst: every gateway's GATEWAY_REDIS_TIMEOUT (0: its default)")
+	flag.BoolVar(&opts.burst, "burst", false, "run the cold burst alone: 4 gateways, 200 cold listings, the store's reads per listing (burst.go); with -against, that commit's build too")
 	flag.StringVar(&opts.db, "db", "", "PostgreSQL database to use and keep (created and seeded where missing); empty: a new one, dropped at the end")
 	quick := flag.Bool("quick", false, "a quick look: -reps 1 -duration 2s, 30,000 listings (20,000 for -longtail, 10,000 for -memory), no scaling or pinned run")
 	flag.Parse()
@@ -121,11 +130,17 @@ func main() {
 	flag.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "against":
-			opts.release = true
+			opts.release, opts.againstSet = true, true
 		case "profile":
 			opts.profileSet = true
 		}
 	})
+	if opts.burst {
+		opts.release = false
+		if !durationSet() {
+			opts.duration = 3 * time.Second
+		}
+	}
 	if !opts.importBench && !opts.cases && !opts.miss && !opts.longtail && !opts.memory && !opts.codings && !opts.tokens {
 		opts.cases, opts.miss, opts.longtail, opts.memory = true, true, true, true
 	}
@@ -165,10 +180,21 @@ type options struct {
 	// release compares this tree with the commit against (against.go).
 	release bool
 	against string
+	// burst runs the cold burst (burst.go); againstSet: -against was
+	// given, whose build it runs too.
+	burst, againstSet bool
+	burstRedisTimeout time.Duration // with -burst: GATEWAY_REDIS_TIMEOUT, 0: the default
+}
+
+// durationSet reports whether -duration was given.
+func durationSet() bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "duration" })
+	return set
 }
 
 func run(ctx context.Context, opts options) error {
-	if err := ensureTools(opts.cases && !opts.feed && !opts.release && !opts.idle && !opts.importBench); err != nil {
+	if err := ensureTools(opts.cases && !opts.feed && !opts.release && !opts.idle && !opts.importBench && !opts.burst); err != nil {
 		return err
 	}
 	root, err := gatewaytest.ModuleRoot()
@@ -187,6 +213,8 @@ func run(ctx context.Context, opts options) error {
 	defer lab.stopAll()
 	measure := lab.measure
 	switch {
+	case opts.burst: // labs of its own
+		measure = func(ctx context.Context) (string, error) { return burstBench(ctx, opts, root, work) }
 	case opts.release: // two labs of its own
 		measure = func(ctx context.Context) (string, error) { return releaseBench(ctx, opts, root, work) }
 	case opts.idle: // a lab of its own
@@ -196,7 +224,7 @@ func run(ctx context.Context, opts options) error {
 	case opts.importBench:
 		measure = lab.importBench
 	}
-	if !opts.release && !opts.idle {
+	if !opts.release && !opts.idle && !opts.burst {
 		if err := lab.prepare(ctx); err != nil {
 			return err
 		}

@@ -33,7 +33,9 @@ func cacheStats(servers ...*server) (cache.Stats, error) {
 		sum.TierHits += c.TierHits
 		sum.Negative += c.Negative
 		sum.Shared += c.Shared
+		sum.Coalesced += c.Coalesced
 		sum.RedisTrusted = c.RedisTrusted // of the last
+		sum.LocalTierOn = c.LocalTierOn
 	}
 	return sum, nil
 }
