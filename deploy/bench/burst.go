@@ -358,7 +358,7 @@ func burstReport(w *strings.Builder, opts options, arms []*burstArm, res map[str
 	fmt.Fprintf(w, "\n## Cold burst: %d gateways on one Redis and PostgreSQL, %d cold listings, wrk -t1 -c%d -d%v per gateway (%d clients), %d interleaved repetitions\n\n",
 		burstGateways, burstListings, opts.conns, opts.duration, burstGateways*opts.conns, opts.reps)
 	w.WriteString("Store reads: the growth of gateway_store_requests_total{op=\"listing_by_id\"|\"listing_by_number\"}, summed over the gateways " +
-		"(/stats storeLoads in brackets where it differs); per listing: over the run's listings, every one of which was asked for. " +
+		"(/stats storeLoads in parentheses where it differs; a run's Redis errors in brackets); per listing: over the run's listings, every one of which was asked for. " +
 		"Latencies, coalesced and Redis errors: the run of median reads per listing; the latencies are the largest of the four wrk processes'. " +
 		"Coalesced: /stats coalesced, the reads another gateway's load answered (none before the lease). Redis errors: /stats tierErrors, " +
 		"failed Redis operations and the Redis breaker's refusals (while it is open, no lease is taken: every flight reads the store).\n")
@@ -383,6 +383,9 @@ func burstReport(w *strings.Builder, opts options, arms []*burstArm, res map[str
 				s := fmt.Sprintf("%.2f", r.perListing())
 				if float64(r.loads) != r.storeReads {
 					s += fmt.Sprintf(" (%d)", r.loads)
+				}
+				if r.tierErrors > 0 {
+					s += fmt.Sprintf(" [%d Redis errors]", r.tierErrors)
 				}
 				each = append(each, s)
 				errs, non2xx, warm = errs+r.errors, non2xx+r.non2xx, warm+r.warmBefore
