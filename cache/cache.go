@@ -323,7 +323,7 @@ func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, de
 	}
 	c.front = f
 	c.inv = newInvalidator(rdb, deps.Prefix, cfg.InvalidationWait, opTimeout, f, c.applyInvalidations, c.trust.distrust, deps.Log)
-	rt.filled = c.inv.filled
+	rt.filled, rt.leaseTTL = c.inv.filled, c.loadTimeout
 	return c, nil
 }
 

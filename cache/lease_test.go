@@ -109,4 +109,9 @@ func TestLeaseLivesInItsKeysSlot(t *testing.T) {
 			t.Errorf("leaseKey(%q) = %q hashes %q; the key hashes %q", name, leaseKey(name), got, want)
 		}
 	}
+	for _, name := range []string{"a{}b:realty:id:5", "a}b:realty:id:5"} { // no key shares their slot for certain
+		if got := leaseKey(name); got != "" {
+			t.Errorf("leaseKey(%q) = %q; want none", name, got)
+		}
+	}
 }

@@ -69,15 +69,18 @@ func (m *memory) generation() uint64                                  { return 0
 func (m *memory) keep(Key, record, uint64, time.Time)                 {}
 func (m *memory) invalidate([]Invalidation, time.Time, time.Duration) {}
 
-func (m *memory) get(_ context.Context, name string) ([]byte, error) {
+// get takes no lease: there is no fleet to share a load with.
+func (m *memory) get(_ context.Context, name string, _ hold) ([]byte, bool, error) {
 	v, ok := m.cache.GetIfPresent(name)
 	if !ok || !m.now().Before(v.expires) {
-		return nil, nil
+		return nil, false, nil
 	}
-	return v.b, nil
+	return v.b, false, nil
 }
 
-func (m *memory) fill(_ context.Context, names []string, r record, ttl time.Duration) []error {
+func (m *memory) release(hold) {}
+
+func (m *memory) fill(_ context.Context, names []string, r record, ttl time.Duration, _ hold) []error {
 	for _, name := range names {
 		m.set(name, r, ttl)
 	}

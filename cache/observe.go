@@ -26,14 +26,14 @@ func observed(t sharedTier, counts *counters, log *slog.Logger) *observedTier {
 	return &observedTier{sharedTier: t, counts: counts, log: log}
 }
 
-func (o *observedTier) get(ctx context.Context, name string) ([]byte, error) {
-	b, err := o.sharedTier.get(ctx, name)
+func (o *observedTier) get(ctx context.Context, name string, h hold) ([]byte, bool, error) {
+	b, held, err := o.sharedTier.get(ctx, name, h)
 	o.observe(err)
-	return b, err
+	return b, held, err
 }
 
-func (o *observedTier) fill(ctx context.Context, names []string, r record, ttl time.Duration) []error {
-	errs := o.sharedTier.fill(ctx, names, r, ttl)
+func (o *observedTier) fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error {
+	errs := o.sharedTier.fill(ctx, names, r, ttl, h)
 	for _, err := range errs {
 		o.observe(err)
 	}
@@ -52,12 +52,6 @@ func (o *observedTier) del(ctx context.Context, name string) error {
 	err := o.sharedTier.del(ctx, name)
 	o.observe(err)
 	return err
-}
-
-func (o *observedTier) lease(ctx context.Context, name, token string, ttl time.Duration) (bool, error) {
-	held, err := o.sharedTier.lease(ctx, name, token, ttl)
-	o.observe(err)
-	return held, err
 }
 
 func (o *observedTier) observe(err error) {
@@ -83,21 +77,21 @@ type traced struct {
 	tracer trace.Tracer
 }
 
-func (t traced) get(ctx context.Context, name string) ([]byte, error) {
+func (t traced) get(ctx context.Context, name string, h hold) ([]byte, bool, error) {
 	ctx, span := t.tracer.Start(ctx, "cache get")
 	defer span.End()
-	b, err := t.sharedTier.get(ctx, name)
+	b, held, err := t.sharedTier.get(ctx, name, h)
 	span.SetAttributes(attribute.Bool("cache.found", b != nil))
 	if err != nil {
 		span.SetStatus(codes.Error, "tier read failed")
 	}
-	return b, err
+	return b, held, err
 }
 
-func (t traced) fill(ctx context.Context, names []string, r record, ttl time.Duration) []error {
+func (t traced) fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error {
 	ctx, span := t.tracer.Start(ctx, "cache set")
 	defer span.End()
-	errs := t.sharedTier.fill(ctx, names, r, ttl)
+	errs := t.sharedTier.fill(ctx, names, r, ttl, h)
 	if slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
 		span.SetStatus(codes.Error, "tier write failed")
 	}

@@ -110,7 +110,7 @@ type loaded struct {
 func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Coding) (loaded, error) {
 	ctx = context.WithoutCancel(ctx)
 	gen := c.local.generation() // before the read whose result it keeps
-	r, v, lease := c.lookShared(ctx, k, name)
+	r, v, h := c.lookShared(ctx, k, name)
 	switch v {
 	case admitted:
 		c.local.keep(k, r, gen, c.now())
@@ -123,39 +123,40 @@ func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Codin
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
 	defer cancel()
-	l, err := c.loadStore(ctx, k, name, r, v, gen, cod)
-	if lease != "" {
-		c.shared.release(name, lease)
-	}
-	return l, err
+	return c.loadStore(ctx, k, name, r, v, gen, cod, h)
 }
 
 // lookShared reads k from the shared tier, within the load timeout, and
-// admits what it holds. Where the key is cold it takes the fleet's lease
-// on it, or answers from the fill of the gateway that holds it (lease.go).
-func (c *Cache) lookShared(ctx context.Context, k Key, name string) (r record, v verdict, lease string) {
+// admits what it holds. Where the key is cold the read takes the fleet's
+// lease on it, and returns the hold, or waits for the fill of the gateway
+// that holds it (lease.go).
+func (c *Cache) lookShared(ctx context.Context, k Key, name string) (record, verdict, hold) {
+	h := c.newHold(name)
 	rctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
-	r, v = c.readShared(rctx, k, name)
+	r, v, held := c.readShared(rctx, k, name, h)
 	cancel()
-	if v != missing {
-		return r, v, ""
+	switch {
+	case held:
+		return r, v, h
+	case v != missing || h.token == "":
+		return r, v, hold{}
 	}
-	l := c.leaseOrWait(ctx, k, name)
-	return l.r, l.v, l.token
+	return c.awaitFill(ctx, k, name, h)
 }
 
-// readShared reads k from the shared tier and admits what it holds.
-// Errors and unreadable values are misses; a dirty key is removed first.
-func (c *Cache) readShared(ctx context.Context, k Key, name string) (record, verdict) {
-	b, err := c.shared.get(ctx, name)
+// readShared reads k from the shared tier and admits what it holds; where
+// the key is empty it takes the lease h, if any, and says so. Errors and
+// unreadable values are misses; a dirty key is removed first.
+func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) (record, verdict, bool) {
+	b, held, err := c.shared.get(ctx, name, h)
 	if err != nil || b == nil {
-		return record{}, missing
+		return record{}, missing, held && err == nil
 	}
 	r, err := decodeRecord(b)
 	if err != nil {
 		c.counts.corrupt.Add(1)
 		c.log.WarnContext(ctx, "cache value unreadable, treated as miss", "key", name, "err", err)
-		return record{}, missing
+		return record{}, missing, false
 	}
 	v := c.admit(k, &r, c.now().UnixMilli(), fromShared)
 	switch v {
@@ -165,13 +166,14 @@ func (c *Cache) readShared(ctx context.Context, k Key, name string) (record, ver
 	case dirty:
 		c.repair(ctx, name)
 	}
-	return r, v
+	return r, v, false
 }
 
-// loadStore reads k from the store and fills both keys. prev is the
-// shared tier's copy, with its verdict: a failing store falls back on it
-// where it is a listing that only aged or is distrusted.
-func (c *Cache) loadStore(ctx context.Context, k Key, name string, prev record, v verdict, gen uint64, cod coding.Coding) (loaded, error) {
+// loadStore reads k from the store and fills both keys, ending the lease
+// h where this flight holds one. prev is the shared tier's copy, with its
+// verdict: a failing store falls back on it where it is a listing that
+// only aged or is distrusted.
+func (c *Cache) loadStore(ctx context.Context, k Key, name string, prev record, v verdict, gen uint64, cod coding.Coding, h hold) (loaded, error) {
 	c.counts.storeLoads.Add(1)
 	var e upstream.Encoded
 	var err error
@@ -183,44 +185,51 @@ func (c *Cache) loadStore(ctx context.Context, k Key, name string, prev record, 
 	switch {
 	case errors.Is(err, upstream.ErrNotFound):
 		absence := record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}
-		c.remember(ctx, absence, c.cfg.Negative, name)
+		c.remember(ctx, absence, c.cfg.Negative, h, name)
 		return loaded{}, err
-	case err != nil && v.fallback() && prev.kind != kindAbsent:
-		c.log.DebugContext(ctx, "serving stale listing", "key", name, "err", err)
-		return loaded{r: prev, state: Stale}, nil
 	case err != nil:
+		c.shared.release(h)
+		if v.fallback() && prev.kind != kindAbsent {
+			c.log.DebugContext(ctx, "serving stale listing", "key", name, "err", err)
+			return loaded{r: prev, state: Stale}, nil
+		}
 		return loaded{}, err
 	}
 	r := c.recordOfEncoded(e)
 	if cod != coding.Identity {
 		c.compressInto(r, cod) // the fill carries it: no later round trip adds it
 	}
-	c.fill(ctx, k, r, gen)
+	c.fill(ctx, k, r, gen, h)
 	return loaded{r: r, state: Miss}, nil
 }
 
-// fill writes r under both of its keys, then keeps it in the local tier
-// under k, once per flight, under the generation taken before the read,
-// and before the flight ends: the next flight's look finds it.
-func (c *Cache) fill(ctx context.Context, k Key, r record, gen uint64) {
+// fill writes r under both of its keys, ending the lease h, then keeps it
+// in the local tier under k, once per flight, under the generation taken
+// before the read, and before the flight ends: the next flight's look
+// finds it.
+func (c *Cache) fill(ctx context.Context, k Key, r record, gen uint64, h hold) {
 	names := [2]string{ByID(r.id).name(c.prefix), ByNumber(r.firmID, r.no).name(c.prefix)}
-	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, names[:]...)
+	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, h, names[:]...)
 	c.local.keep(k, r, gen, c.now())
 }
 
 // remember writes r under names in the shared tier, each guarded by its
 // revision, in one round trip where the tier can; a failed write only
 // costs a later miss. A name that a write could not update takes nothing
-// older than that write.
-func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, names ...string) {
-	if ttl <= 0 {
-		return
-	}
+// older than that write. The write of h's key ends the lease h; where
+// there is none, h is released on its own.
+func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, h hold, names ...string) {
 	names = slices.DeleteFunc(names, func(name string) bool {
 		rev, dirty := c.dirty.revision(name)
-		return dirty && r.revision < rev
+		return ttl <= 0 || dirty && r.revision < rev
 	})
-	for i, err := range c.shared.fill(ctx, names, r, ttl) {
+	if !slices.Contains(names, h.name) {
+		c.shared.release(h)
+	}
+	if len(names) == 0 {
+		return
+	}
+	for i, err := range c.shared.fill(ctx, names, r, ttl, h) {
 		if err == nil {
 			c.dirty.clean(names[i]) // it now holds what the store has
 		}

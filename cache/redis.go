@@ -55,8 +55,10 @@ type redisTier struct {
 	// fault is told of every failed operation: Redis may have missed a
 	// write meanwhile.
 	fault func()
-	// filled is the channel on which a lease's release announces its fill.
-	filled string
+	// filled is the channel on which a lease's release announces its fill;
+	// leaseTTL is how long a lease lives: the load timeout.
+	filled   string
+	leaseTTL time.Duration
 }
 
 func newRedisTier(rdb redis.UniversalClient, opTimeout time.Duration, log *slog.Logger) *redisTier {
@@ -97,14 +99,61 @@ func pipeOf(rdb redis.UniversalClient) *redis.AutoPipeliner {
 	return ap
 }
 
-func (t *redisTier) get(ctx context.Context, name string) ([]byte, error) {
-	return t.do(ctx, func(ctx context.Context) ([]byte, error) {
-		b, err := t.read(ctx, name)
-		if errors.Is(err, redis.Nil) {
+func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, bool, error) {
+	if h.token == "" {
+		b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
+			b, err := t.read(ctx, name)
+			if errors.Is(err, redis.Nil) {
+				return nil, nil
+			}
+			return b, err
+		})
+		return b, false, err
+	}
+	var held bool
+	b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
+		v, err := t.evalOne(ctx, getOrLease, []string{name, h.lease}, h.token, t.leaseTTL.Milliseconds())
+		if err != nil {
+			return nil, err
+		}
+		switch v := v.(type) { // the script's answer: the value, or whether the lease was taken
+		case string:
+			return []byte(v), nil
+		case int64:
+			held = v == 1
 			return nil, nil
 		}
-		return b, err
+		return nil, fmt.Errorf("getOrLease answered %T", v)
 	})
+	return b, held, err
+}
+
+// evalOne runs script on keys through the auto-pipeline by its digest, or
+// with its source where Redis lacks it, and returns its answer.
+func (t *redisTier) evalOne(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	if t.pipe == nil {
+		return script.Run(ctx, t.rdb, keys, args...).Result()
+	}
+	cmd := redis.NewCmd(ctx, scriptArgs("evalsha", script.Hash(), keys, args)...)
+	cmd.SetFirstKeyPos(3)
+	err := t.pipe.Submit(ctx, cmd).WaitContext(ctx)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return script.Eval(ctx, t.rdb, keys, args...).Result()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
+}
+
+// scriptArgs are an EVAL's or EVALSHA's arguments.
+func scriptArgs(verb, script string, keys []string, args []any) []any {
+	out := make([]any, 0, 3+len(keys)+len(args))
+	out = append(out, verb, script, len(keys))
+	for _, k := range keys {
+		out = append(out, k)
+	}
+	return append(out, args...)
 }
 
 // read GETs name, in a shared round trip where it can, and returns by
@@ -129,11 +178,15 @@ func guardedSetArgs(r record, ttl time.Duration) []any {
 // fill writes r under each name through the one-key guarded script, so
 // the keys may live in different Cluster slots, sharing round trips with
 // other requests' reads and fills.
-func (t *redisTier) fill(ctx context.Context, names []string, r record, ttl time.Duration) []error {
+func (t *redisTier) fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error {
 	args := guardedSetArgs(r, ttl) // one encoding for every key
 	calls := make([]scriptCall, len(names))
 	for i, name := range names {
 		calls[i] = scriptCall{script: guardedSet, key: name, args: args}
+		if name == h.name && h.token != "" { // the fill ends the lease and wakes its waiters
+			calls[i].script, calls[i].lease = guardedSetRelease, h.lease
+			calls[i].args = append(slices.Clip(args), h.token, t.filled)
+		}
 	}
 	return t.runEach(ctx, t.pipe, calls)
 }
@@ -155,11 +208,20 @@ func (t *redisTier) write(ctx context.Context, writes []keyWrite) []error {
 	return t.runEach(ctx, nil, calls)
 }
 
-// scriptCall is one run of a one-key script.
+// scriptCall is one run of a script on key, and on the key's lease where
+// lease is set.
 type scriptCall struct {
 	script *redis.Script
 	key    string
+	lease  string
 	args   []any
+}
+
+func (c scriptCall) keys() []string {
+	if c.lease != "" {
+		return []string{c.key, c.lease}
+	}
+	return []string{c.key}
 }
 
 // runEach runs every call under the breaker and the operation timeout, by
@@ -208,7 +270,7 @@ func (t *redisTier) evalAgain(ctx context.Context, calls []scriptCall) []error {
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
-			cmds[i] = c.script.Eval(ctx, p, []string{c.key}, c.args...)
+			cmds[i] = c.script.Eval(ctx, p, c.keys(), c.args...)
 		}
 		return nil
 	})
@@ -225,9 +287,7 @@ func (t *redisTier) evalAgain(ctx context.Context, calls []scriptCall) []error {
 func (t *redisTier) send(ctx context.Context, pipe *redis.AutoPipeliner, calls []scriptCall) []error {
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		args := make([]any, 0, 4+len(c.args))
-		args = append(args, "evalsha", c.script.Hash(), 1, c.key)
-		cmds[i] = redis.NewCmd(ctx, append(args, c.args...)...)
+		cmds[i] = redis.NewCmd(ctx, scriptArgs("evalsha", c.script.Hash(), c.keys(), c.args)...)
 		cmds[i].SetFirstKeyPos(3)
 	}
 	errs := make([]error, len(cmds))

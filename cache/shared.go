@@ -13,23 +13,20 @@ import (
 // imports write to it; every write is guarded by the record's revision,
 // so that an older version never replaces a newer one.
 type sharedTier interface {
-	// get returns the value under name; nil, nil where there is none.
-	get(ctx context.Context, name string) ([]byte, error)
+	// get returns the value under name; nil where there is none, and then
+	// whether it took the lease h on the empty key (lease.go).
+	get(ctx context.Context, name string, h hold) (b []byte, held bool, err error)
 	// fill writes r under each name, in one round trip where it can, and
-	// returns one error per name.
-	fill(ctx context.Context, names []string, r record, ttl time.Duration) []error
+	// returns one error per name; the fill of h's key ends the lease h.
+	fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error
 	// write runs key writes, in one round trip of their own where it can,
 	// and returns one error per write.
 	write(ctx context.Context, writes []keyWrite) []error
 	// del removes a key.
 	del(ctx context.Context, name string) error
-	// lease takes the fleet's lease on the cold key name for ttl under
-	// token, and reports whether this process holds it; without Redis
-	// every process holds its own. release ends it where it is still
-	// token's and announces name's fill to the gateways that wait; best
-	// effort, without waiting (lease.go).
-	lease(ctx context.Context, name, token string, ttl time.Duration) (bool, error)
-	release(name, token string)
+	// release ends the lease h without a fill and tells the gateways that
+	// wait; best effort, without waiting (lease.go).
+	release(h hold)
 	// addVariants adds r's variants to the records under names that still
 	// hold r's version; best effort, without waiting.
 	addVariants(names []string, r record)

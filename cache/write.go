@@ -268,7 +268,7 @@ func (c *Cache) replace(ctx context.Context, name string, r record, ttl time.Dur
 func (c *Cache) Purge(ctx context.Context, k Key) ([]string, error) {
 	name := k.name(c.prefix)
 	it := Invalidation{ID: k.ID, FirmID: k.FirmID, No: k.No}
-	b, err := c.shared.get(ctx, name)
+	b, _, err := c.shared.get(ctx, name, hold{})
 	if err != nil {
 		return nil, fmt.Errorf("cache key %s: %w", name, err)
 	}

@@ -137,11 +137,11 @@ func (f *failingWrites) errs(n int) []error {
 	return errs
 }
 
-func (f *failingWrites) fill(ctx context.Context, names []string, r record, ttl time.Duration) []error {
+func (f *failingWrites) fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error {
 	if f.broken.Load() {
 		return f.errs(len(names))
 	}
-	return f.sharedTier.fill(ctx, names, r, ttl)
+	return f.sharedTier.fill(ctx, names, r, ttl, h)
 }
 
 func (f *failingWrites) write(ctx context.Context, writes []keyWrite) []error {
