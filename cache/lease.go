@@ -124,13 +124,32 @@ func (t *redisTier) release(h hold) {
 // awaitFill waits, at most the load timeout, for the fill of the gateway
 // that holds the lease on the cold key k, and admits it; it takes the
 // lease where the holder's has expired. It returns missing, with the hold
-// where this process took it, where k is still to load here.
+// where this process took it, where k is still to load here. Each look
+// follows the watch it waits on: a fill announced before the watch began
+// is seen by the look, one after it ends the wait.
 func (c *Cache) awaitFill(ctx context.Context, k Key, name string, h hold) (record, verdict, hold) {
 	ctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
 	defer cancel()
-	for {
+	for announced := false; ; {
 		filled, stop := c.inv.watchFill(name)
-		announced := false
+		r, v, held := c.readShared(ctx, k, name, h)
+		switch {
+		case held:
+			stop()
+			return r, missing, h // the holder's lease expired: this one loads
+		case v == admitted || v == absent:
+			stop()
+			c.counts.coalesced.Add(1)
+			if v == admitted {
+				v = coalesced
+			}
+			return r, v, hold{}
+		case v != missing, announced:
+			// Not servable, or released without a fill (the holder's
+			// store failed): load as before, not one gateway after another.
+			stop()
+			return r, v, hold{}
+		}
 		select {
 		case <-filled:
 			announced = true
@@ -140,21 +159,6 @@ func (c *Cache) awaitFill(ctx context.Context, k Key, name string, h hold) (reco
 		stop()
 		if ctx.Err() != nil {
 			return record{}, missing, hold{} // the holder took too long: load as before
-		}
-		r, v, held := c.readShared(ctx, k, name, h)
-		switch {
-		case held:
-			return r, missing, h // the holder's lease expired: this one loads
-		case v == admitted || v == absent:
-			c.counts.coalesced.Add(1)
-			if v == admitted {
-				v = coalesced
-			}
-			return r, v, hold{}
-		case v != missing, announced:
-			// Not servable, or released without a fill (the holder's
-			// store failed): load as before, not one gateway after another.
-			return r, v, hold{}
 		}
 	}
 }
