@@ -16,8 +16,9 @@ import (
 // fill can land between the look and the lease). Only the holder reads the
 // store; its fill of the key ends the lease and publishes the key on the
 // filled channel, which every gateway subscribes to beside the
-// invalidations (guardedSetRelease: no round trip more either). A gateway
-// that finds the lease taken waits for that message, or looks again every
+// invalidations where a gateway marked the lease waited for
+// (guardedSetRelease: no round trip more either). A gateway that finds the
+// lease taken marks it and waits for that message, or looks again every
 // leasePoll in case the message is lost, and answers from the fill,
 // admitted as any copy is. Fills stay version-guarded, so a lease never
 // lets an older version replace a newer one.
@@ -60,11 +61,15 @@ func (c *Cache) newHold(name string) hold {
 	if c.inv == nil || lease == "" || !c.shareFlights() {
 		return hold{}
 	}
-	return hold{name: name, lease: lease, token: c.inv.id + "-" + strconv.FormatUint(c.inv.seq.Add(1), 36)}
+	// The dot ends the token: no token is the start of another's.
+	return hold{name: name, lease: lease, token: c.inv.id + "-" + strconv.FormatUint(c.inv.seq.Add(1), 36) + "."}
 }
 
 // getOrLease returns the key's value, or where it is empty takes the lease
-// ARGV[1] for ARGV[2] ms and returns 1, else 0.
+// ARGV[1] for ARGV[2] ms and returns 1; where another holds the lease, it
+// marks the lease waited for (a '+' after the token) and returns 0. Only
+// a waited-for lease's end is published: a miss that nobody else wanted
+// wakes no gateway.
 var getOrLease = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -73,12 +78,24 @@ end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 1
 end
+redis.call('APPEND', KEYS[2], '+')
 return 0
 `)
 
-// guardedSetRelease is guardedSet's write of KEYS[1], then the end of the
-// lease KEYS[2] where it still holds the token ARGV[4], and the key's name
-// published on the channel ARGV[5] for the gateways that wait for it.
+// endLease is the end of the lease KEYS[2] where it is still the token
+// ARGV[4]'s, with the key KEYS[1] published on the channel ARGV[5] where
+// a gateway waits for it.
+const endLease = `
+local lease = redis.call('GET', KEYS[2])
+if lease and string.sub(lease, 1, #ARGV[4]) == ARGV[4] then
+  redis.call('DEL', KEYS[2])
+  if #lease > #ARGV[4] then
+    redis.call('PUBLISH', ARGV[5], KEYS[1])
+  end
+end
+`
+
+// guardedSetRelease is guardedSet's write of KEYS[1], then endLease.
 var guardedSetRelease = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 local set = 1
@@ -91,20 +108,12 @@ end
 if set == 1 then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 end
-if redis.call('GET', KEYS[2]) == ARGV[4] then
-  redis.call('DEL', KEYS[2])
-end
-redis.call('PUBLISH', ARGV[5], KEYS[1])
+` + endLease + `
 return set
 `)
 
-// releaseScript ends the lease KEYS[1] where it still holds the token
-// ARGV[1], and publishes ARGV[3] on the channel ARGV[2].
-const releaseScript = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-end
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+// releaseScript is endLease alone (ARGV[1..3] unused).
+const releaseScript = endLease + `
 return 1
 `
 
@@ -116,8 +125,8 @@ func (t *redisTier) release(h hold) {
 		return
 	}
 	ctx := context.Background()
-	cmd := redis.NewCmd(ctx, "eval", releaseScript, 1, h.lease, h.token, t.filled, h.name)
-	cmd.SetFirstKeyPos(3) // the lease's slot, on a cluster
+	cmd := redis.NewCmd(ctx, "eval", releaseScript, 2, h.name, h.lease, "", "", "", h.token, t.filled)
+	cmd.SetFirstKeyPos(3) // the key's and its lease's slot, on a cluster
 	t.pipe.Submit(ctx, cmd)
 }
 

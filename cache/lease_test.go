@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/realty-gateway/gateway/internal/testenv"
+	"github.com/realty-gateway/gateway/upstream"
 )
 
 // fleet is n gateways' caches over one Redis prefix and one store, each
@@ -114,4 +115,49 @@ func TestLeaseLivesInItsKeysSlot(t *testing.T) {
 			t.Errorf("leaseKey(%q) = %q; want none", name, got)
 		}
 	}
+}
+
+// TestOnlyAWaitedForFillIsAnnounced: the fill of a lease that no other
+// gateway waited for publishes nothing (a miss wakes no gateway); one that
+// a gateway waited for is published once, with the key's name.
+func TestOnlyAWaitedForFillIsAnnounced(t *testing.T) {
+	ctx := context.Background()
+	src := newSource(listing(5, 1, 1, true), listing(6, 1, 2, true))
+	c := fleet(t, 1, src)[0]
+	rdb := redisOf(c).rdb
+	sub := rdb.Subscribe(ctx, c.inv.filled)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // the confirmation
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, ByID(5)); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := sub.ReceiveTimeout(ctx, 300*time.Millisecond); err == nil {
+		t.Fatalf("a fill nobody waited for was announced: %v", msg)
+	}
+	// Another gateway waits: its look marks the lease held here.
+	waited := ByID(6).name(c.prefix)
+	held, err := rdb.Set(ctx, leaseKey(waited), "other.", time.Minute).Result()
+	if err != nil || held != "OK" {
+		t.Fatal(held, err)
+	}
+	h := hold{name: waited, lease: leaseKey(waited), token: "other."}
+	if _, took, err := redisOf(c).get(ctx, waited, hold{name: waited, lease: h.lease, token: "mine."}); err != nil || took {
+		t.Fatalf("look at a leased key: took %v, %v; want the lease left to its holder", took, err)
+	}
+	c.remember(ctx, c.recordOfEncoded(mustEncode(t, src.listings[6])), time.Minute, h, waited)
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil || msg.Payload != waited {
+		t.Fatalf("announced %v, %v; want %q", msg, err, waited)
+	}
+}
+
+func mustEncode(t *testing.T, l upstream.Listing) upstream.Encoded {
+	t.Helper()
+	e, err := upstream.Encode(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
