@@ -15,11 +15,15 @@ import (
 
 // A listing read, in call order:
 //
-//	Get ─ Local:      the local tier, no I/O; admit the copy it holds
-//	    └ Load:       coalescing: one flight per key (flights.go)
-//	        flight:   the shared tier (Redis); admit the copy it holds
+//	Get ─ Local:       the local tier, no I/O; admit the copy it holds
+//	    └ Load:        coalescing in this process: one flight per key (flights.go)
+//	        flight
+//	        lookShared: the shared tier (Redis); admit the copy it holds; on
+//	                    an empty key, the fleet's lease, or the wait for its
+//	                    holder's fill (lease.go)
 //	        loadStore: the store; a failing store falls back on a stale copy
-//	        fill:     both keys, version-guarded, then the local tier
+//	        fill:      both keys, version-guarded, ending the lease; then
+//	                   the local tier
 //
 // A caller that answers hot listings before it sets up anything for a
 // miss (the gateway) calls Local, then Load.
