@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/realty-gateway/gateway/internal/faultproxy"
 )
 
 // The cold burst (-burst): what one cold listing costs the store when the
@@ -26,7 +28,7 @@ import (
 // with -against REV that commit's, from a git worktree as -release builds
 // it) gets its own PostgreSQL database, seeded through the lab, and
 // burstGateways gateways on one Redis key prefix of its own, every one on
-// PostgreSQL through a proxy of the bench's (delayproxy.go). A run sends
+// PostgreSQL through internal/faultproxy (its latency). A run sends
 // -conns clients per gateway (one wrk -t1 per gateway) at burstListings
 // listings that no gateway has read, each request another of them at
 // random, for -duration; the store's reads of the run are the gateways'
@@ -83,11 +85,11 @@ func burstBench(ctx context.Context, opts options, root, work string) (string, e
 	if err != nil {
 		return "", err
 	}
-	proxy, err := newDelayProxy(pg.Host)
+	proxy, err := faultproxy.Listen(pg.Host)
 	if err != nil {
 		return "", err
 	}
-	defer proxy.Close()
+	defer proxy.Stop()
 	arms, cleanup, err := burstArms(ctx, opts, root, work)
 	defer cleanup()
 	if err != nil {
@@ -180,7 +182,7 @@ func (a *burstArm) startBurst(ctx context.Context, proxyAddr string) error {
 // burstRounds runs the warm-up round and -reps rounds: in each, every
 // variant, the builds back to back, their order flipped each round. It
 // returns each variant's runs by build.
-func burstRounds(ctx context.Context, opts options, arms []*burstArm, proxy *delayProxy) (map[string][][]burstResult, error) {
+func burstRounds(ctx context.Context, opts options, arms []*burstArm, proxy *faultproxy.Proxy) (map[string][][]burstResult, error) {
 	res := map[string][][]burstResult{}
 	for _, v := range burstVariants {
 		res[v.name] = make([][]burstResult, len(arms))
@@ -192,7 +194,7 @@ func burstRounds(ctx context.Context, opts options, arms []*burstArm, proxy *del
 			log.Printf("burst: repetition %d of %d", rep+1, opts.reps)
 		}
 		for _, v := range burstVariants {
-			proxy.SetDelay(v.delay)
+			proxy.SetLatency(v.delay)
 			order := make([]int, len(arms))
 			for i := range order {
 				order[i] = i
@@ -211,7 +213,7 @@ func burstRounds(ctx context.Context, opts options, arms []*burstArm, proxy *del
 			}
 		}
 	}
-	proxy.SetDelay(0)
+	proxy.SetLatency(0)
 	return res, nil
 }
 

@@ -2,7 +2,8 @@
 // can take away, bring back, slow down or silence, so that tests of any
 // package can put a real Redis or PostgreSQL behind faults. It imports
 // nothing of the gateway's, so the packages it tests can use it. A Proxy
-// belongs to the test that created it and is shut down in its Cleanup.
+// belongs to the test that created it and is shut down in its Cleanup
+// (New), or to a tool that stops it itself (Listen).
 //
 // Concurrency: a *Proxy's methods are safe for concurrent use.
 package faultproxy
@@ -35,15 +36,25 @@ type Proxy struct {
 // the test ends.
 func New(t testing.TB, target string) *Proxy {
 	t.Helper()
-	p := &Proxy{target: target, conns: map[net.Conn]struct{}{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := Listen(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
 	t.Cleanup(p.Stop)
 	return p
+}
+
+// Listen is New for a caller that is not a test (deploy/bench): it
+// forwards until Stop.
+func Listen(target string) (*Proxy, error) {
+	p := &Proxy{target: target, conns: map[net.Conn]struct{}{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	return p, nil
 }
 
 // Addr is the proxy's host:port; it stays the same across Restart.
