@@ -178,9 +178,6 @@ func (inv *invalidator) listen(ctx context.Context, ps *redis.PubSub) (subscribe
 // watchFill returns a channel closed when a fill of name is announced,
 // and the function that stops watching.
 func (inv *invalidator) watchFill(name string) (<-chan struct{}, func()) {
-	if inv == nil {
-		return nil, func() {}
-	}
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	ch, ok := inv.fills[name]

@@ -154,7 +154,7 @@ func (c *Cache) lookShared(ctx context.Context, k Key, name string) (record, ver
 func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) (record, verdict, bool) {
 	b, held, err := c.shared.get(ctx, name, h)
 	if err != nil || b == nil {
-		return record{}, missing, held && err == nil
+		return record{}, missing, held
 	}
 	r, err := decodeRecord(b)
 	if err != nil {

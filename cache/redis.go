@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
@@ -118,7 +119,9 @@ func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, bool,
 		}
 		switch v := v.(type) { // the script's answer: the value, or whether the lease was taken
 		case string:
-			return []byte(v), nil
+			// Not copied, as go-redis's StringCmd.Bytes does not: a record's
+			// bytes are never written to.
+			return unsafe.Slice(unsafe.StringData(v), len(v)), nil
 		case int64:
 			held = v == 1
 			return nil, nil
