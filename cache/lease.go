@@ -4,16 +4,19 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // A cold key costs the store one read for the whole fleet, not one per
-// gateway (Facebook's memcache leases, NSDI '13). The flight's read of
-// Redis is a script that, where the key is empty, takes a lease on it in
-// the same step (getOrLease: no round trip more, and no other gateway's
-// fill can land between the look and the lease). Only the holder reads the
+// gateway (Facebook's memcache leases, NSDI '13). Where the flight's look
+// at Redis finds the key empty, a script takes a lease on it in the same
+// step as a second look (getOrLease: no other gateway's fill can land
+// between the look and the lease). While keys are mostly found empty the
+// script is the look itself, with no round trip more; while they are
+// mostly found, a plain GET looks first (coldLooks). Only the holder reads the
 // store; its fill of the key ends the lease and publishes the key on the
 // filled channel, which every gateway subscribes to beside the
 // invalidations where a gateway marked the lease waited for
@@ -35,34 +38,85 @@ import (
 const leasePoll = 50 * time.Millisecond
 
 // hold is a lease this process may take or holds on the key name; the
-// zero hold takes none.
+// zero hold takes none. Its lease key and token are spelled only where a
+// look finds the key empty: a hit allocates nothing for them.
 type hold struct {
-	name, lease, token string
+	name, owner string
+	seq         uint64
 }
+
+// none reports whether h takes no lease.
+func (h hold) none() bool { return h.seq == 0 }
+
+// lease is the key that holds h's lease.
+func (h hold) lease() string { return leaseKey(h.name) }
+
+// token is h's value in its lease key. The dot ends it: no token is the
+// start of another's.
+func (h hold) token() string { return h.owner + "-" + strconv.FormatUint(h.seq, 36) + "." }
 
 // leaseKey names the lease of the key name in name's Redis Cluster slot:
 // name's own hash tag where it has one, else all of name as the tag; ""
 // where no key shares name's slot for certain (a brace without a tag).
 func leaseKey(name string) string {
+	switch tagged, ok := hashTagged(name); {
+	case !ok:
+		return ""
+	case tagged:
+		return name + ":lease"
+	}
+	return "{" + name + "}:lease"
+}
+
+// hashTagged reports whether name has a Redis Cluster hash tag, and ok
+// where a lease key can share its slot: not where a brace opens no tag.
+func hashTagged(name string) (tagged, ok bool) {
 	i := strings.IndexByte(name, '{')
 	switch {
 	case i < 0 && !strings.Contains(name, "}"):
-		return "{" + name + "}:lease"
+		return false, true
 	case i >= 0 && strings.IndexByte(name[i+1:], '}') > 0:
-		return name + ":lease"
+		return true, true
 	}
-	return ""
+	return false, false
 }
 
 // newHold is the lease this flight may take on name: none without a fleet
 // to share it with, or while coalescing across gateways is off.
 func (c *Cache) newHold(name string) hold {
-	lease := leaseKey(name)
-	if c.inv == nil || lease == "" || !c.shareFlights() {
+	if _, ok := hashTagged(name); c.inv == nil || !ok || !c.shareFlights() {
 		return hold{}
 	}
-	// The dot ends the token: no token is the start of another's.
-	return hold{name: name, lease: lease, token: c.inv.id + "-" + strconv.FormatUint(c.inv.seq.Add(1), 36) + "."}
+	return hold{name: name, owner: c.inv.id, seq: c.inv.seq.Add(1)}
+}
+
+// coldLooks tells, from this process's recent looks at Redis, whether keys
+// are mostly found empty (a burst of cold keys, a flushed Redis), where
+// the lease rides on the read (getOrLease: one round trip), or mostly
+// found, where a plain GET reads them and only an empty key costs a
+// second round trip for its lease. On Redis a GET costs about a tenth of
+// the script's CPU (Redis 7, a listing's record: 1.1 against 10.9 µs per
+// call), and Redis's CPU is what the whole fleet shares.
+type coldLooks struct{ score atomic.Int32 }
+
+// coldLooksSpan bounds the score: the policy follows a change of traffic
+// within this many looks.
+const coldLooksSpan = 8
+
+// mostlyEmpty reports whether the recent looks found keys empty at least
+// as often as not; a new process presumes so.
+func (l *coldLooks) mostlyEmpty() bool { return l.score.Load() >= 0 }
+
+// saw counts a look that found its key empty or not. At the bound it
+// writes nothing, so that steady traffic does not contend on the score.
+func (l *coldLooks) saw(empty bool) {
+	d, bound := int32(-1), int32(-coldLooksSpan)
+	if empty {
+		d, bound = 1, coldLooksSpan
+	}
+	if l.score.Load() != bound {
+		l.score.Add(d)
+	}
 }
 
 // getOrLease returns the key's value, or where it is empty takes the lease
@@ -121,11 +175,11 @@ return 1
 // waiting gateways. Best effort, without waiting: a lost release costs the
 // waiters their poll, or the lease its expiry.
 func (t *redisTier) release(h hold) {
-	if h.token == "" || t.pipe == nil {
+	if h.none() || t.pipe == nil {
 		return
 	}
 	ctx := context.Background()
-	cmd := redis.NewCmd(ctx, "eval", releaseScript, 2, h.name, h.lease, "", "", "", h.token, t.filled)
+	cmd := redis.NewCmd(ctx, "eval", releaseScript, 2, h.name, h.lease(), "", "", "", h.token(), t.filled)
 	cmd.SetFirstKeyPos(3) // the key's and its lease's slot, on a cluster
 	t.pipe.Submit(ctx, cmd)
 }

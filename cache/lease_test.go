@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -146,12 +147,12 @@ func TestOnlyAWaitedForFillIsAnnounced(t *testing.T) {
 	}
 	// Another gateway waits: its look marks the lease held here.
 	waited := ByID(6).name(c.prefix)
-	held, err := rdb.Set(ctx, leaseKey(waited), "other.", time.Minute).Result()
+	held, err := rdb.Set(ctx, leaseKey(waited), "other-1.", time.Minute).Result()
 	if err != nil || held != "OK" {
 		t.Fatal(held, err)
 	}
-	h := hold{name: waited, lease: leaseKey(waited), token: "other."}
-	if _, took, err := redisOf(c).get(ctx, waited, hold{name: waited, lease: h.lease, token: "mine."}); err != nil || took {
+	h := hold{name: waited, owner: "other", seq: 1}
+	if _, took, err := redisOf(c).get(ctx, waited, hold{name: waited, owner: "mine", seq: 1}); err != nil || took {
 		t.Fatalf("look at a leased key: took %v, %v; want the lease left to its holder", took, err)
 	}
 	c.remember(ctx, c.recordOfEncoded(mustEncode(t, src.listings[6])), time.Minute, h, waited)
@@ -168,4 +169,68 @@ func mustEncode(t *testing.T, l upstream.Listing) upstream.Encoded {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// TestTheLeaseRidesOnTheLookWhileKeysAreColdOnly: while a gateway's looks
+// at Redis mostly find keys empty, a cold key costs one round trip, the
+// script that takes its lease; while they mostly find keys, a hit is a
+// plain GET, which costs Redis a tenth of the script, and only a cold key
+// pays the script after it.
+func TestTheLeaseRidesOnTheLookWhileKeysAreColdOnly(t *testing.T) {
+	const keys = 2 * coldLooksSpan
+	var ls []upstream.Listing
+	for i := range int64(keys + 2) {
+		ls = append(ls, listing(100+i, 7, 1+i, true))
+	}
+	src := newSource(ls...)
+	rdb, prefix := redisFor(t)
+	trips := &roundTrips{}
+	rdb.AddHook(trips)
+	cfg := testConfig()
+	cfg.LocalBytes = 0 // every read looks at Redis
+	c := running(t, must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix))))
+	ctx := context.Background()
+	// looks reads k and returns the looks at Redis that it sent, in order.
+	looks := func(k Key, want State) []string {
+		t.Helper()
+		trips.mu.Lock()
+		trips.commands, trips.scripts = nil, nil
+		trips.mu.Unlock()
+		if e, err := c.Get(ctx, k); err != nil || e.State != want {
+			t.Fatalf("Get %v = %v, %v; want %v", k, e.State, err, want)
+		}
+		trips.mu.Lock()
+		defer trips.mu.Unlock()
+		var sent []string
+		for i, name := range trips.commands {
+			switch {
+			case name == "get":
+				sent = append(sent, "GET")
+			case name == "evalsha" && trips.scripts[i] == getOrLease.Hash():
+				sent = append(sent, "getOrLease")
+			}
+		}
+		return sent
+	}
+	for i := range int64(keys) { // cold keys: the lease rides on the look
+		if got := looks(ByID(100+i), Miss); !slices.Equal(got, []string{"getOrLease"}) {
+			t.Fatalf("cold key %d sent %v; want the script alone", i, got)
+		}
+	}
+	for i := range int64(keys) { // now found: within the span, plain GETs
+		got := looks(ByID(100+i), Hit)
+		if i > coldLooksSpan && !slices.Equal(got, []string{"GET"}) {
+			t.Fatalf("hit %d sent %v; want one GET", i, got)
+		}
+	}
+	// A cold key among hits: the GET, then the script that takes its lease.
+	if got := looks(ByID(100+keys), Miss); !slices.Equal(got, []string{"GET", "getOrLease"}) {
+		t.Fatalf("cold key among hits sent %v; want GET, then the script", got)
+	}
+	if n, err := rdb.Exists(ctx, leaseKey(ByID(100+keys).name(prefix))).Result(); err != nil || n != 0 {
+		t.Fatalf("the lease outlived its fill: %d, %v", n, err)
+	}
+	if n := src.calls.Load(); n != keys+1 {
+		t.Fatalf("%d store reads; want %d", n, keys+1)
+	}
 }

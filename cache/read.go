@@ -130,19 +130,17 @@ func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Codin
 	return c.loadStore(ctx, k, name, r, v, gen, cod, h)
 }
 
-// lookShared reads k from the shared tier, within the load timeout, and
-// admits what it holds. Where the key is cold the read takes the fleet's
-// lease on it, and returns the hold, or waits for the fill of the gateway
-// that holds it (lease.go).
+// lookShared reads k from the shared tier, within the tier's operation
+// timeout, and admits what it holds. Where the key is cold the read takes
+// the fleet's lease on it, and returns the hold, or waits for the fill of
+// the gateway that holds it (lease.go).
 func (c *Cache) lookShared(ctx context.Context, k Key, name string) (record, verdict, hold) {
 	h := c.newHold(name)
-	rctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
-	r, v, held := c.readShared(rctx, k, name, h)
-	cancel()
+	r, v, held := c.readShared(ctx, k, name, h)
 	switch {
 	case held:
 		return r, v, h
-	case v != missing || h.token == "":
+	case v != missing || h.none():
 		return r, v, hold{}
 	}
 	return c.awaitFill(ctx, k, name, h)

@@ -60,6 +60,9 @@ type redisTier struct {
 	// leaseTTL is how long a lease lives: the load timeout.
 	filled   string
 	leaseTTL time.Duration
+	// looks tells whether a look takes an empty key's lease in its own
+	// round trip.
+	looks coldLooks
 }
 
 func newRedisTier(rdb redis.UniversalClient, opTimeout time.Duration, log *slog.Logger) *redisTier {
@@ -100,8 +103,11 @@ func pipeOf(rdb redis.UniversalClient) *redis.AutoPipeliner {
 	return ap
 }
 
+// get reads name. Where h may take the key's lease, a look that finds the
+// key empty takes it, in the look's own round trip while this process's
+// looks mostly find keys empty, else in a second one (coldLooks).
 func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, bool, error) {
-	if h.token == "" {
+	if h.none() || !t.looks.mostlyEmpty() {
 		b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
 			b, err := t.read(ctx, name)
 			if errors.Is(err, redis.Nil) {
@@ -109,11 +115,17 @@ func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, bool,
 			}
 			return b, err
 		})
-		return b, false, err
+		if err != nil || h.none() {
+			return b, false, err
+		}
+		t.looks.saw(b == nil)
+		if b != nil {
+			return b, false, nil
+		}
 	}
 	var held bool
 	b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
-		v, err := t.evalOne(ctx, getOrLease, []string{name, h.lease}, h.token, t.leaseTTL.Milliseconds())
+		v, err := t.evalOne(ctx, getOrLease, []string{name, h.lease()}, h.token(), t.leaseTTL.Milliseconds())
 		if err != nil {
 			return nil, err
 		}
@@ -128,6 +140,9 @@ func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, bool,
 		}
 		return nil, fmt.Errorf("getOrLease answered %T", v)
 	})
+	if err == nil {
+		t.looks.saw(b == nil)
+	}
 	return b, held, err
 }
 
@@ -186,9 +201,9 @@ func (t *redisTier) fill(ctx context.Context, names []string, r record, ttl time
 	calls := make([]scriptCall, len(names))
 	for i, name := range names {
 		calls[i] = scriptCall{script: guardedSet, key: name, args: args}
-		if name == h.name && h.token != "" { // the fill ends the lease and wakes its waiters
-			calls[i].script, calls[i].lease = guardedSetRelease, h.lease
-			calls[i].args = append(slices.Clip(args), h.token, t.filled)
+		if name == h.name && !h.none() { // the fill ends the lease and wakes its waiters
+			calls[i].script, calls[i].lease = guardedSetRelease, h.lease()
+			calls[i].args = append(slices.Clip(args), h.token(), t.filled)
 		}
 	}
 	return t.runEach(ctx, t.pipe, calls)
