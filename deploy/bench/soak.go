@@ -935,7 +935,7 @@ func (r *soakRun) report(w *strings.Builder, f soakFigures) string {
 		fmt.Fprintf(w, "| SQL listings' reads of the version before the last committed | %d (%.2f %% of checked reads): the newer one committed p50 %s, p99 %s, max %s before the read |\n",
 			len(behind), 100*float64(len(behind))/float64(max(c.reads.Load(), 1)), ms(quantile(behind, 50)), ms(quantile(behind, 99)), ms(quantile(behind, 100)))
 	}
-	fmt.Fprintf(w, "| CPU over %v | the machine %.0f %% busy; gateways A %.0f %%, B %.0f %% of a core; the hogs %.0f %% |\n",
+	fmt.Fprintf(w, "| CPU over %v | the machine %.0f %% busy; gateways A %.0f %%, B %.0f %% of a core; the hogs together %.0f %% of a core |\n",
 		f.elapsed.Round(time.Second), 100*f.machine, 100*f.cpu[0]/secs, 100*f.cpu[1]/secs, 100*f.hogCPU/secs)
 
 	w.WriteString("\n| gateway | wrk requests/s | p50 | p99 | p99.9 | wrk errors, non-2xx | local hits | Redis hits | store reads (misses) | Redis errors | unacknowledged writes | incoherent | corrupt | feed applied |\n" +
