@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -881,7 +882,7 @@ func (r *soakRun) report(w *strings.Builder, f soakFigures) string {
 	examples := slices.Clone(r.examples)
 	behind := slices.Clone(r.behind)
 	putLat := slices.Clone(r.putLatency)
-	non200 := maps2(r.non200)
+	non200 := statusCounts(r.non200)
 	r.mu.Unlock()
 
 	var off, unknown, breakerOpen, untrusted [2]int
@@ -978,15 +979,10 @@ func (r *soakRun) report(w *strings.Builder, f soakFigures) string {
 	return ""
 }
 
-func maps2(m map[int]int64) string {
+// statusCounts prints a count by HTTP status.
+func statusCounts(m map[int]int64) string {
 	var parts []string
-	for _, k := range slices.Sorted(func(yield func(int) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%d: %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
@@ -1100,18 +1096,8 @@ func (r *soakRun) timeline(w *strings.Builder, samples []soakSample) {
 		span := (end.at - prev.at).Seconds()
 		fmt.Fprintf(w, "| %d–%d | %.0f | %d | %d | %d | %d | %d, %d | %.0f | %d, %d | %s |\n", int(prev.at.Seconds()+0.5), int(end.at.Seconds()+0.5), req/span,
 			end.reads-prev.reads, end.puts-prev.puts, end.sqls-prev.sqls, end.old-prev.old, off[0], off[1], redisErrs, open[0], open[1],
-			strings.Join(slices.Sorted(mapKeys(holders)), ", "))
+			strings.Join(slices.Sorted(maps.Keys(holders)), ", "))
 		prev, i = end, j
-	}
-}
-
-func mapKeys(m map[string]bool) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
 	}
 }
 
