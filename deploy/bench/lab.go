@@ -89,7 +89,7 @@ func (l *lab) prepare(ctx context.Context) error {
 		return err
 	}
 	switch {
-	case l.opts.feed, l.opts.importBench: // they start their own gateways
+	case l.opts.feed, l.opts.importBench, l.opts.soak: // they start their own gateways
 		return nil
 	case l.opts.cases:
 		if err := l.startAll(ctx, false); err != nil {
@@ -227,7 +227,7 @@ func (l *lab) seed(ctx context.Context) error {
 		}
 	}
 	n := 0
-	if l.opts.cases || l.opts.miss || l.opts.codings || l.opts.tokens || l.opts.feed || l.opts.release || l.opts.burst { // -release: its miss case; -burst: every run's
+	if l.opts.cases || l.opts.miss || l.opts.codings || l.opts.tokens || l.opts.feed || l.opts.release || l.opts.burst || l.opts.soak { // -release: its miss case; -burst: every run's; -soak: the load's
 		n = l.opts.listings
 	}
 	if l.opts.longtail && !l.opts.feed {

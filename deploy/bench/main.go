@@ -16,6 +16,7 @@
 //	go run ./deploy/bench -release -reps 6 -duration 10s  # this tree against 5aa46a5 on the hot hit (against.go), about 9 minutes
 //	go run ./deploy/bench -against REV -profile  # against another commit (HEAD: A/B of uncommitted changes), with profiles
 //	go run ./deploy/bench -burst -against cdd425d -reps 4  # the cold burst on 4 gateways, this tree against the build before the lease (burst.go), about 4 minutes
+//	go run ./deploy/bench -soak -out /tmp/soak.md  # two gateways under 2 CPU hogs, wrk and writes for 10 minutes: old reads, the local tier, the feed's consumer (soak.go)
 //
 // Parts, each of which runs alone when named (with none named, all run):
 //
@@ -44,6 +45,11 @@
 //	           listing, summed over the gateways, with p99, p99.9, max and errors; the store as it is and slowed by
 //	           20 ms per answer. With -against REV, that commit's build too, built as -release builds it, the two
 //	           interleaved (burst.go)
+//	-soak      the soak, alone (not part of the whole run): two gateways on one fresh PostgreSQL database (-listings, 10,000
+//	           unless given) and one Redis key prefix, the local tier on, -soak-hogs busy processes, wrk -t1 -c<-soak-conns>
+//	           on each for -soak-duration, PUTs through both and UPDATEs in SQL, checked readers on both; reports the old
+//	           reads, the seconds each gateway's local tier was off and the feed consumer's role changes, and fails (exit 1)
+//	           on an old read or a final read that does not converge (soak.go)
 //	-quick     shorter runs and fewer listings, for a look while developing
 //	-db NAME   keep the run's PostgreSQL database under NAME and reuse it next time (the import of 1,000,000 listings takes
 //	           about 6 minutes); rows imported by an older build lack what later schema steps fill when a row is written,
@@ -113,6 +119,14 @@ func main() {
 	flag.StringVar(&opts.against, "against", "5aa46a5", "with -release: the commit to compare with, built from its own tree (giving it implies -release, but for -burst)")
 	flag.DurationVar(&opts.burstRedisTimeout, "burst-redis-timeout", 0, "with -burst: every gateway's GATEWAY_REDIS_TIMEOUT (0: its default)")
 	flag.BoolVar(&opts.burst, "burst", false, "run the cold burst alone: 4 gateways, 200 cold listings, the store's reads per listing (burst.go); with -against, that commit's build too")
+	flag.BoolVar(&opts.soak, "soak", false, "run the soak alone: two gateways under CPU hogs, wrk and writes; old reads, the local tier's seconds off, the feed consumer's role changes (soak.go)")
+	flag.DurationVar(&opts.soakDuration, "soak-duration", 10*time.Minute, "with -soak: length of the load")
+	flag.IntVar(&opts.soakHogs, "soak-hogs", 2, "with -soak: busy processes (yes >/dev/null) run beside the gateways")
+	flag.IntVar(&opts.soakConns, "soak-conns", 16, "with -soak: wrk connections per gateway (one thread each)")
+	flag.IntVar(&opts.soakWriteRate, "soak-write-rate", 10, "with -soak: PUTs a second through each gateway (0: none)")
+	flag.Float64Var(&opts.soakSQLRate, "soak-sql-rate", 2, "with -soak: UPDATEs a second in SQL, behind the gateways (0: none)")
+	flag.IntVar(&opts.soakReaders, "soak-readers", 2, "with -soak: checked readers per gateway")
+	flag.DurationVar(&opts.soakSQLBound, "soak-sql-bound", 30*time.Second, "with -soak: a read older than a SQL write committed this long before it is an old read")
 	flag.StringVar(&opts.db, "db", "", "PostgreSQL database to use and keep (created and seeded where missing); empty: a new one, dropped at the end")
 	quick := flag.Bool("quick", false, "a quick look: -reps 1 -duration 2s, 30,000 listings (20,000 for -longtail, 10,000 for -memory), no scaling or pinned run")
 	flag.Parse()
@@ -135,6 +149,12 @@ func main() {
 			opts.profileSet = true
 		}
 	})
+	if opts.soak {
+		opts.release, opts.burst, opts.idle, opts.feed, opts.importBench = false, false, false, false, false
+		if opts.soakDuration < 5*time.Second || opts.soakReaders < 1 || opts.soakHogs < 0 || opts.soakWriteRate < 0 || opts.soakSQLRate < 0 {
+			log.Fatal("-soak-duration must be at least 5s, -soak-readers at least 1, the rates and -soak-hogs not negative")
+		}
+	}
 	if opts.burst {
 		opts.release = false
 		if !durationSet() {
@@ -184,6 +204,14 @@ type options struct {
 	// given, whose build it runs too.
 	burst, againstSet bool
 	burstRedisTimeout time.Duration // with -burst: GATEWAY_REDIS_TIMEOUT, 0: the default
+	// soak runs the soak (soak.go) with its settings.
+	soak                bool
+	soakDuration        time.Duration
+	soakHogs, soakConns int
+	soakWriteRate       int
+	soakSQLRate         float64
+	soakReaders         int
+	soakSQLBound        time.Duration
 }
 
 // durationSet reports whether -duration was given.
@@ -194,7 +222,7 @@ func durationSet() bool {
 }
 
 func run(ctx context.Context, opts options) error {
-	if err := ensureTools(opts.cases && !opts.feed && !opts.release && !opts.idle && !opts.importBench && !opts.burst); err != nil {
+	if err := ensureTools(opts.cases && !opts.feed && !opts.release && !opts.idle && !opts.importBench && !opts.burst && !opts.soak); err != nil {
 		return err
 	}
 	root, err := gatewaytest.ModuleRoot()
@@ -213,6 +241,8 @@ func run(ctx context.Context, opts options) error {
 	defer lab.stopAll()
 	measure := lab.measure
 	switch {
+	case opts.soak: // a lab of its own
+		measure = func(ctx context.Context) (string, error) { return soakBench(ctx, opts, root, work) }
 	case opts.burst: // labs of its own
 		measure = func(ctx context.Context) (string, error) { return burstBench(ctx, opts, root, work) }
 	case opts.release: // two labs of its own
@@ -224,7 +254,7 @@ func run(ctx context.Context, opts options) error {
 	case opts.importBench:
 		measure = lab.importBench
 	}
-	if !opts.release && !opts.idle && !opts.burst {
+	if !opts.release && !opts.idle && !opts.burst && !opts.soak {
 		if err := lab.prepare(ctx); err != nil {
 			return err
 		}
