@@ -159,15 +159,19 @@ type Config struct {
 	// entry: the staleness bound when invalidation fails.
 	LocalMaxAge time.Duration `yaml:"localMaxAge" env:"LOCAL_CACHE_MAX_AGE" help:"longest an entry stays in the local tier in front of Redis"`
 	// InvalidationWait bounds how long a write waits for the other
-	// gateways to drop their local copies.
-	InvalidationWait time.Duration `yaml:"invalidationWait" env:"INVALIDATION_WAIT" help:"a write waits this long at most for other gateways to drop their local copies"`
+	// gateways to drop their local copies. At LocalMaxAge or more (the
+	// default: equal), no gateway serves the version a write replaced once
+	// it returns, however slow its acknowledgement: its copy has aged out
+	// (front.keep). Below, a gateway slower to acknowledge may serve it
+	// until it does.
+	InvalidationWait time.Duration `yaml:"invalidationWait" env:"INVALIDATION_WAIT" help:"a write waits this long at most for other gateways to drop their local copies; below localMaxAge a slow gateway may serve the replaced version after the write returns"`
 }
 
 // DefaultConfig keeps listings fresh for 5 minutes and stale for an hour.
 func DefaultConfig() Config {
 	return Config{
 		Fresh: 5 * time.Minute, Stale: time.Hour, Negative: 30 * time.Second,
-		LocalBytes: 64 << 20, LocalMaxAge: 2 * time.Second, InvalidationWait: 50 * time.Millisecond,
+		LocalBytes: 64 << 20, LocalMaxAge: 2 * time.Second, InvalidationWait: 2 * time.Second,
 	}
 }
 
@@ -308,6 +312,10 @@ func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, de
 	if cfg.LocalBytes > 0 {
 		f = newFront(cfg.LocalBytes, cfg.LocalMaxAge)
 		local = f
+		if cfg.InvalidationWait < cfg.LocalMaxAge {
+			deps.Log.Warn("invalidation wait below the local tier's max age: a gateway slow to acknowledge may serve a version after the write that replaced it returned",
+				"invalidation_wait", cfg.InvalidationWait.String(), "local_max_age", cfg.LocalMaxAge.String())
+		}
 	}
 	c, err := newCache(local, rt, cfg, deps, opts)
 	if err != nil {

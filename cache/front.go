@@ -14,8 +14,10 @@ import (
 // with writes on other gateways comes from the invalidations they
 // announce (see Invalidator): an entry is dropped before the announcing
 // write returns. Three rules keep an older version out:
-//   - an entry is kept at most maxAge, the bound on staleness when
-//     everything else fails;
+//   - an entry is kept at most maxAge from the start of the read or write
+//     that produced it, the bound on staleness when everything else fails,
+//     and how long a write waits at most for a slow gateway's
+//     acknowledgement;
 //   - a put is refused when its revision is below one already seen
 //     invalidated for that listing (a floor), so a slow read of the old
 //     version cannot land after the invalidation that replaced it;
@@ -89,13 +91,17 @@ func (f *front) generation() uint64 { return f.gen.Load() }
 
 // keep keeps r under k unless the tier changed generation since gen, or r
 // is older than a revision already invalidated. Only listings are kept:
-// absence is Redis's to cache.
-func (f *front) keep(k Key, r record, gen uint64, now time.Time) {
+// absence is Redis's to cache. r ages from began, when the read or write
+// that produced it began: a copy of a version that a write replaced was
+// read before that write's announcement, so it expires within maxAge of
+// the announcement, however late the read ended or the announcement was
+// heard here (a write waits that long at most for acknowledgements).
+func (f *front) keep(k Key, r record, gen uint64, began time.Time) {
 	if r.kind == kindAbsent || !f.enabled.Load() {
 		return
 	}
-	expires := min(now.Add(f.maxAge).UnixNano(), r.freshUntil*int64(time.Millisecond))
-	if expires <= now.UnixNano() {
+	expires := min(began.Add(f.maxAge).UnixNano(), r.freshUntil*int64(time.Millisecond))
+	if expires <= began.UnixNano() {
 		return
 	}
 	f.mu.Lock()
@@ -103,10 +109,10 @@ func (f *front) keep(k Key, r record, gen uint64, now time.Time) {
 	if f.gen.Load() != gen {
 		return
 	}
-	if fl, ok := f.floors[r.id]; ok && r.revision < fl.revision && now.Before(fl.until) {
+	if fl, ok := f.floors[r.id]; ok && r.revision < fl.revision && began.Before(fl.until) {
 		return
 	}
-	r = r.withDate(now)
+	r = r.withDate(began)
 	f.cache.Set(k, &frontEntry{r: r, expires: expires, weight: r.weight(frontEntryOverhead)})
 	if expires > f.until.Load() {
 		f.until.Store(expires)

@@ -3,6 +3,8 @@ package cache
 import (
 	"context"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/realty-gateway/gateway/internal/testenv"
+	"github.com/realty-gateway/gateway/upstream"
 )
 
 // TestSubscriptionLivenessTellsAStarvedProcessFromALostSubscription: a
@@ -75,5 +78,95 @@ func TestSubscriptionLivenessTellsAStarvedProcessFromALostSubscription(t *testin
 				t.Fatalf("local tier generation %d → %d, serving %v: the starved process called its subscription lost", gen, g, c.front.serving())
 			}
 		})
+	}
+}
+
+// TestAWriteOutwaitsASlowAcknowledgement: a gateway that holds a listing
+// in its local tier hears a write's announcement only after the write
+// stopped waiting for it (a starved process). With the wait at the local
+// tier's max age (the default), its copy has aged out by then, and it
+// reads the new version; with a shorter wait it serves the replaced one,
+// the trade-off that the setting documents.
+func TestAWriteOutwaitsASlowAcknowledgement(t *testing.T) {
+	tests := []struct {
+		name         string
+		maxAge, wait time.Duration
+		wantRevision int64
+	}{
+		{name: "wait at the max age", maxAge: time.Second, wait: time.Second, wantRevision: 2},
+		{name: "wait below the max age", maxAge: 10 * time.Second, wait: 50 * time.Millisecond, wantRevision: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rdb, prefix := redisFor(t)
+			src := newSource(listing(5, 1, 1, true))
+			cfg := testConfig()
+			cfg.LocalMaxAge, cfg.InvalidationWait = tt.maxAge, tt.wait
+			writer := running(t, must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix))))
+			slow := must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix)))
+			real := slow.inv.receive
+			heard := make(chan struct{})
+			var once sync.Once
+			slow.inv.receive = func(ctx context.Context, ps *redis.PubSub, d time.Duration) (any, error) {
+				msg, err := real(ctx, ps, d)
+				if m, ok := msg.(*redis.Message); ok && m.Channel == slow.inv.events && strings.Contains(m.Payload, writer.inv.acks) {
+					time.Sleep(tt.wait + 500*time.Millisecond) // the writer's announcement, heard past its wait
+					once.Do(func() { close(heard) })
+				}
+				return msg, err
+			}
+			running(t, slow)
+			ctx := context.Background()
+			if e, err := slow.Get(ctx, ByID(5)); err != nil || e.revision != 1 {
+				t.Fatalf("first read: %v, %v", e.revision, err)
+			}
+			if _, ok := slow.Cached(ByID(5), time.Now()); !ok {
+				t.Fatal("the slow gateway keeps no local copy")
+			}
+			if _, err := writer.Replace(ctx, src.listings[5], listing(5, 1, 1, true), upstream.Precondition{}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-heard:
+				t.Fatal("the announcement was heard before the write returned: the test arranged nothing")
+			default:
+			}
+			e, err := slow.Get(ctx, ByID(5))
+			if err != nil || e.revision != tt.wantRevision {
+				t.Fatalf("read after the write returned: revision %d, %v; want %d", e.revision, err, tt.wantRevision)
+			}
+			<-heard
+		})
+	}
+}
+
+// TestALocalCopyAgesFromTheStartOfItsRead: a copy that a slow read brings
+// expires the max age after the read began, not after it ended: a write
+// announced meanwhile, and heard late, waits only the max age.
+func TestALocalCopyAgesFromTheStartOfItsRead(t *testing.T) {
+	const maxAge = time.Minute
+	rdb, prefix := redisFor(t)
+	src := newSource(listing(5, 1, 1, true))
+	src.gate = make(chan struct{})
+	cfg := testConfig()
+	cfg.LocalMaxAge = maxAge
+	c := running(t, must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix))))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Get(context.Background(), ByID(5))
+		done <- err
+	}()
+	testenv.WaitFor(t, func() bool { return src.looked.Load() == 1 })
+	inRead := time.Now() // the read began before this
+	time.Sleep(300 * time.Millisecond)
+	close(src.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Cached(ByID(5), inRead); !ok {
+		t.Fatal("the read's copy was not kept")
+	}
+	if _, ok := c.Cached(ByID(5), inRead.Add(maxAge)); ok {
+		t.Fatal("the copy is served a max age after its read began: it ages from when the read ended")
 	}
 }

@@ -12,9 +12,10 @@ type localTier interface {
 	lookup(k Key, now time.Time) (*record, bool)
 	// generation is taken before a read whose result keep may take.
 	generation() uint64
-	// keep takes r, read or written for k, unless the tier changed
-	// generation since gen or r is older than what it must keep out.
-	keep(k Key, r record, gen uint64, now time.Time)
+	// keep takes r, read or written for k by a read or write that began
+	// at began, unless the tier changed generation since gen or r is older
+	// than what it must keep out.
+	keep(k Key, r record, gen uint64, began time.Time)
 	// invalidate drops older versions of the listings named, and keeps
 	// them out for floorFor.
 	invalidate(items []Invalidation, now time.Time, floorFor time.Duration)

@@ -113,22 +113,32 @@ type loaded struct {
 // caller's look at the local tier filled it.
 func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Coding) (loaded, error) {
 	ctx = context.WithoutCancel(ctx)
-	gen := c.local.generation() // before the read whose result it keeps
+	s := c.since() // before the read whose result it keeps
 	r, v, h := c.lookShared(ctx, k, name)
 	switch v {
 	case admitted:
-		c.local.keep(k, r, gen, c.now())
+		c.local.keep(k, r, s.gen, s.at)
 		return loaded{r: r, state: Hit}, nil
 	case coalesced:
-		c.local.keep(k, r, gen, c.now())
+		c.local.keep(k, r, s.gen, s.at)
 		return loaded{r: r, state: Miss, collapsed: true}, nil
 	case absent:
 		return loaded{absent: true}, notFound(name)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
 	defer cancel()
-	return c.loadStore(ctx, k, name, r, v, gen, cod, h)
+	return c.loadStore(ctx, k, name, r, v, s, cod, h)
 }
+
+// since is what a read or write takes before it begins, for the local
+// tier to keep what it brings: the tier's generation, and the time from
+// which the copy ages (front.keep).
+type since struct {
+	gen uint64
+	at  time.Time
+}
+
+func (c *Cache) since() since { return since{gen: c.local.generation(), at: c.now()} }
 
 // lookShared reads k from the shared tier, within the tier's operation
 // timeout, and admits what it holds. Where the key is cold the read takes
@@ -175,7 +185,7 @@ func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) (rec
 // h where this flight holds one. prev is the shared tier's copy, with its
 // verdict: a failing store falls back on it where it is a listing that
 // only aged or is distrusted.
-func (c *Cache) loadStore(ctx context.Context, k Key, name string, prev record, v verdict, gen uint64, cod coding.Coding, h hold) (loaded, error) {
+func (c *Cache) loadStore(ctx context.Context, k Key, name string, prev record, v verdict, s since, cod coding.Coding, h hold) (loaded, error) {
 	c.counts.storeLoads.Add(1)
 	var e upstream.Encoded
 	var err error
@@ -201,18 +211,17 @@ func (c *Cache) loadStore(ctx context.Context, k Key, name string, prev record, 
 	if cod != coding.Identity {
 		c.compressInto(r, cod) // the fill carries it: no later round trip adds it
 	}
-	c.fill(ctx, k, r, gen, h)
+	c.fill(ctx, k, r, s, h)
 	return loaded{r: r, state: Miss}, nil
 }
 
 // fill writes r under both of its keys, ending the lease h, then keeps it
-// in the local tier under k, once per flight, under the generation taken
-// before the read, and before the flight ends: the next flight's look
-// finds it.
-func (c *Cache) fill(ctx context.Context, k Key, r record, gen uint64, h hold) {
+// in the local tier under k, once per flight, as of s, taken before the
+// read, and before the flight ends: the next flight's look finds it.
+func (c *Cache) fill(ctx context.Context, k Key, r record, s since, h hold) {
 	names := [2]string{ByID(r.id).name(c.prefix), ByNumber(r.firmID, r.no).name(c.prefix)}
 	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, h, names[:]...)
-	c.local.keep(k, r, gen, c.now())
+	c.local.keep(k, r, s.gen, s.at)
 }
 
 // remember writes r under names in the shared tier, each guarded by its

@@ -43,6 +43,7 @@ func (c *Cache) Create(ctx context.Context, l upstream.Listing) (Written, error)
 // Import stores new listings, all or none, and caches each.
 func (c *Cache) Import(ctx context.Context, ls []upstream.Listing) ([]Written, error) {
 	identity, trusted := c.trustedIdentity()
+	began := c.now()
 	stored, err := c.src.ImportListings(ctx, ls)
 	if err != nil {
 		return nil, err
@@ -52,7 +53,7 @@ func (c *Cache) Import(ctx context.Context, ls []upstream.Listing) ([]Written, e
 	items := make([]Invalidation, len(stored))
 	published := trusted
 	for i, l := range stored {
-		e, ok, err := c.publish(ctx, l)
+		e, ok, err := c.publish(ctx, l, began)
 		if err != nil {
 			return nil, err
 		}
@@ -163,13 +164,14 @@ func (c *Cache) Resolve(ctx context.Context, k Key) (upstream.Listing, error) {
 func (c *Cache) Replace(ctx context.Context, current, next upstream.Listing, cond upstream.Precondition) (Written, error) {
 	identity, trusted := c.trustedIdentity()
 	next.ID, next.FirmID = current.ID, current.FirmID
+	began := c.now()
 	stored, err := c.src.UpdateListing(ctx, next, cond)
 	if err != nil {
 		c.afterFailedWrite(ctx, current, err)
 		return Written{}, err
 	}
 	faultpoint.Hit(faultpoint.AfterCommit)
-	e, ok, err := c.publish(ctx, stored)
+	e, ok, err := c.publish(ctx, stored, began)
 	if err != nil {
 		return Written{}, err
 	}
@@ -226,8 +228,9 @@ func (c *Cache) afterFailedWrite(ctx context.Context, l upstream.Listing, err er
 }
 
 // publish writes l under both keys and reports whether both took it (or
-// at least lost their old copy).
-func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, bool, error) {
+// at least lost their old copy). The local tier keeps l as of began, the
+// start of the write (front.keep).
+func (c *Cache) publish(ctx context.Context, l upstream.Listing, began time.Time) (Entry, bool, error) {
 	r, err := c.recordOf(l)
 	if err != nil {
 		return Entry{}, false, fmt.Errorf("listing %d: %w", l.ID, err)
@@ -242,8 +245,8 @@ func (c *Cache) publish(ctx context.Context, l upstream.Listing) (Entry, bool, e
 	}
 	gen := c.local.generation()
 	c.applyInvalidations([]Invalidation{invalidationOf(l, l.Revision)})
-	c.local.keep(ByID(l.ID), r, gen, c.now())
-	c.local.keep(ByNumber(l.FirmID, l.No), r, gen, c.now())
+	c.local.keep(ByID(l.ID), r, gen, began)
+	c.local.keep(ByNumber(l.FirmID, l.No), r, gen, began)
 	return r.entry(Miss), ok, nil
 }
 

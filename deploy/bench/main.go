@@ -122,6 +122,13 @@ func main() {
 	flag.BoolVar(&opts.soak, "soak", false, "run the soak alone: two gateways under CPU hogs, wrk and writes; old reads, the local tier's seconds off, the feed consumer's role changes (soak.go)")
 	flag.DurationVar(&opts.soakDuration, "soak-duration", 10*time.Minute, "with -soak: length of the load")
 	flag.IntVar(&opts.soakHogs, "soak-hogs", 2, "with -soak: busy processes (yes >/dev/null) run beside the gateways")
+	flag.Func("soak-env", "with -soak: KEY=VALUE added to both gateways' environment (repeatable)", func(kv string) error {
+		if !strings.Contains(kv, "=") {
+			return fmt.Errorf("want KEY=VALUE, got %q", kv)
+		}
+		opts.soakEnv = append(opts.soakEnv, kv)
+		return nil
+	})
 	flag.IntVar(&opts.soakConns, "soak-conns", 16, "with -soak: wrk connections per gateway (one thread each)")
 	flag.IntVar(&opts.soakWriteRate, "soak-write-rate", 10, "with -soak: PUTs a second through each gateway (0: none)")
 	flag.Float64Var(&opts.soakSQLRate, "soak-sql-rate", 2, "with -soak: UPDATEs a second in SQL, behind the gateways (0: none)")
@@ -207,6 +214,7 @@ type options struct {
 	// soak runs the soak (soak.go) with its settings.
 	soak                bool
 	soakDuration        time.Duration
+	soakEnv             []string // KEY=VALUE for both gateways
 	soakHogs, soakConns int
 	soakWriteRate       int
 	soakSQLRate         float64

@@ -182,7 +182,7 @@ func soakBench(ctx context.Context, opts options, root, work string) (string, er
 		return "", err
 	}
 	r := &soakRun{l: l, opts: lopts, views: map[string]*soakView{}, non200: map[int]int64{}}
-	var extra []string
+	extra := slices.Clone(opts.soakEnv)
 	if opts.soakDuration > 45*time.Minute { // the token is good for an hour by default
 		extra = append(extra, "GATEWAY_TOKEN_TTL="+(opts.soakDuration+15*time.Minute).String())
 	}
@@ -873,6 +873,9 @@ func (r *soakRun) report(w *strings.Builder, f soakFigures) string {
 		"from it, both keys, each read in another coding; both gateways' /metrics scraped each second.\n\n",
 		o.listings, f.hogs, o.soakConns, o.soakWriteRate, soakPutFirst, soakPutFirst+soakPutListings-1, o.soakSQLRate, soakSQLFirst, soakSQLFirst+soakSQLListings-1,
 		o.soakReaders, soakPutListings+soakSQLListings)
+	if len(o.soakEnv) > 0 {
+		fmt.Fprintf(w, "Both gateways with %s.\n\n", strings.Join(o.soakEnv, " "))
+	}
 	w.WriteString("Old reads: of a PUT listing, a body below the version whose PUT had returned before the read was sent (TestEndToEndTwoProcessCoherence's floor); " +
 		"of a SQL listing, a body older than one an earlier read of the same gateway and key had returned before the read was sent (the feed tests' \"never the old one again\"), " +
 		fmt.Sprintf("or older than a version committed more than %v before the read was sent (a SQL write is seen after the feed's lag, so the version before within that bound is not old).\n\n", o.soakSQLBound))
