@@ -35,12 +35,14 @@ const burstFirstID = 5001
 // listings (ids from burstFirstID, titled "v0"), every gateway on
 // PostgreSQL through pg, with a reader's token, once the change feed has
 // applied the import and every gateway trusts Redis; the listings' keys
-// are then removed, so that every read of them starts cold.
+// are then removed, so that every read of them starts cold. pgURL is the
+// database itself, for writers behind the gateways (not through pg).
 type coldFleet struct {
 	ps     []*process
 	w      world
 	tok    string
 	pg     *faultproxy.Proxy
+	pgURL  string
 	prefix string
 	rdb    *redis.Client
 }
@@ -49,7 +51,7 @@ func newColdFleet(t *testing.T, gateways, listings int, extra environment) *cold
 	t.Helper()
 	pgURL := testenv.PostgresURL(t)
 	e, prefix := postgresEnv(t, pgURL, testenv.RedisAddr(t))
-	f := &coldFleet{w: newWorld(t, e), prefix: prefix, pg: faultproxy.New(t, "127.0.0.1:5432")}
+	f := &coldFleet{w: newWorld(t, e), prefix: prefix, pg: faultproxy.New(t, "127.0.0.1:5432"), pgURL: pgURL}
 	importNumbered(t, e, f.w, burstFirstID, listings)
 	e["GATEWAY_STORE_URL"] = strings.Replace(pgURL, "127.0.0.1:5432", f.pg.Addr(), 1)
 	// A starved machine's Redis round trip can pass the 100 ms default

@@ -1,0 +1,361 @@
+package e2e
+
+// Writes during a cold burst (cache/lease.go): listings that the fleet is
+// loading under a lease are written, by PUT through the gateways and by
+// SQL behind them, while every gateway's clients read them.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/realty-gateway/gateway/internal/testenv"
+)
+
+// TestEndToEndColdBurstWithWrites: four gateways, 8 clients each, every
+// client reading each of 40 cold listings once in its own order (as in
+// TestEndToEndColdBurstReadsTheStoreOncePerListing), while the first 8
+// listings are written 6 times each (v1 … v6), alternately by PUT through
+// the gateways (each write through another gateway, by id and by number)
+// and by UPDATE in SQL straight into PostgreSQL, which the change feed
+// carries; half of the listings start with a PUT, half with SQL. Two
+// more clients per gateway read the written listings in both forms until
+// the last write. The first write of each listing lands on its cold load:
+// the store answers 1 s late while a read of each form of each written
+// listing takes its lease (the burst's clients then wait on those leases),
+// then at once again, so that the writes return, and the SQL ones are
+// applied, while the holders' reads of v0 are still on their way to their
+// version-guarded fills. The test fails where no load that read an older
+// version answered after a write had returned: it did not exercise what
+// it is about.
+//
+// What is asserted, as the coherence tests do it (a reader loads the
+// floor before it sends each request and flags an answer below it):
+//
+//   - PUT: once the PUT has returned, no read sent after that, on any
+//     gateway, in either form, shows an older version
+//     (TestEndToEndTwoProcessCoherence, docs/api.md "Coherence").
+//   - SQL: a write made behind the gateways is known to them only once
+//     the change feed has applied it (its listing_changes record has
+//     applied_at: the caches took it and every gateway acknowledged,
+//     docs/change-feed.md); from then on no read sent shows an older
+//     version (as TestEndToEndFeedWriterCutOffFromRedis asserts of a
+//     write the feed applies); before that, the old and the new version
+//     are both right. Every SQL write must be applied within the test's
+//     patience (the bound of TestEndToEndFeedUpdatesFromSQL).
+//   - Both: once a gateway served a version in one form, no read of that
+//     form on that gateway sent after that answer shows an older one
+//     (TestEndToEndFeedUpdatesFromSQL: a replica never serves the old
+//     title again on a key once it served the new one).
+//   - Every read answers 200 with the listing asked for; the unwritten
+//     listings stay v0; after the last write every gateway serves v6 of
+//     every written listing in both forms.
+//
+// The store's reads are logged, not bounded: a change that the feed
+// applies to a cold key leaves a floor there, and a key holding a floor
+// takes no lease (docs/operating.md), so each gateway reloads it once;
+// with the PUTs' own reads, the writes' share of the count would hide
+// whether the other 32 listings were read once for the fleet, which
+// TestEndToEndColdBurstReadsTheStoreOncePerListing asserts.
+func TestEndToEndColdBurstWithWrites(t *testing.T) {
+	const (
+		gateways, clients, listings = 4, 8, 40
+		written, versions           = 8, 6
+		checkers                    = 2 // per gateway, on the written listings until the last write
+		slow                        = time.Second
+		storeTimeout, redisTimeout  = 5 * time.Second, time.Second
+	)
+	// A holder's read through the slow store may open a connection first
+	// (two slow answers): the store's timeout leaves room for that, and the
+	// request's deadline for a waiter's longest wait and a load of its own
+	// (as in TestEndToEndLeaseHolderKilled).
+	loadTimeout := storeTimeout + 3*redisTimeout
+	requestTimeout := loadTimeout + storeTimeout + 2*time.Second
+	f := newColdFleet(t, gateways, listings, environment{"GATEWAY_STORE_TIMEOUT": storeTimeout.String(),
+		"GATEWAY_REQUEST_TIMEOUT": requestTimeout.String(), "GATEWAY_WRITE_TIMEOUT": (2 * requestTimeout).String()})
+	firm := f.w.firm
+	paths := func(i int) [2]string {
+		return [2]string{fmt.Sprintf("/realty/%d", burstFirstID+i), fmt.Sprintf("/realty/%d-%d", firm, 1001+i)}
+	}
+	leased := func(i int) (n int) {
+		for _, name := range listingKeys(f.prefix, int64(burstFirstID+i), firm, int64(1001+i)) {
+			if f.rdb.Exists(context.Background(), "{"+name+"}:lease").Val() == 1 {
+				n++
+			}
+		}
+		return n
+	}
+	filled := func(i int) (n int) {
+		for _, name := range listingKeys(f.prefix, int64(burstFirstID+i), firm, int64(1001+i)) {
+			if f.rdb.Exists(context.Background(), name).Val() == 1 {
+				n++
+			}
+		}
+		return n
+	}
+
+	// Version v of listing i is written by PUT or by SQL, in turn; half of
+	// the listings start with each.
+	byPUT := func(i, v int) bool { return (i+v)%2 == 1 }
+	wrote := func(i, v int) string {
+		if byPUT(i, v) {
+			return "a PUT that returned"
+		}
+		return "an UPDATE in SQL that the feed applied"
+	}
+
+	// floor[i]: the last version of listing i that a reader must see, the
+	// last returned PUT or applied SQL write. seen[g][i][form]: the newest
+	// version a finished read of that view showed.
+	var (
+		floor      [written]atomic.Int64
+		seen       [gateways][written][2]atomic.Int64
+		overlapped [written]atomic.Int64
+		answered   atomic.Int64
+		mu         sync.Mutex
+		bad        []string // the first wrong or stale answers
+		nBad       int
+	)
+	report := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if nBad++; len(bad) < 10 {
+			bad = append(bad, fmt.Sprintf(format, args...))
+		}
+	}
+	raise := func(a *atomic.Int64, v int64) {
+		for {
+			cur := a.Load()
+			if v <= cur || a.CompareAndSwap(cur, v) {
+				return
+			}
+		}
+	}
+	read := func(g, i, form int) {
+		var least, viewLeast int64
+		if i < written {
+			least, viewLeast = floor[i].Load(), seen[g][i][form].Load()
+		}
+		path := paths(i)[form]
+		began := time.Now()
+		r, err := send(f.ps[g], http.MethodGet, path, f.tok, "")
+		answered.Add(1)
+		var l struct {
+			ID    int64  `json:"id"`
+			Title string `json:"title"`
+		}
+		var v int64
+		if err != nil || r.status != http.StatusOK || json.Unmarshal(r.body, &l) != nil || l.ID != int64(burstFirstID+i) {
+			report("%s on gateway %d: %d %v %.200s", path, g, r.status, err, r.body)
+			return
+		}
+		if n, err := fmt.Sscanf(l.Title, "v%d", &v); n != 1 || err != nil || fmt.Sprintf("v%d", v) != l.Title || i >= written && v != 0 {
+			report("%s on gateway %d: title %q", path, g, l.Title)
+			return
+		}
+		if i >= written {
+			return
+		}
+		switch {
+		case v < least:
+			report("%s on gateway %d, sent %s after v%d (%s), shows v%d", path, g, began.Format("15:04:05.000"), least, wrote(i, int(least)), v)
+		case v < viewLeast:
+			report("%s on gateway %d, sent %s after that view showed v%d, shows v%d", path, g, began.Format("15:04:05.000"), viewLeast, v)
+		}
+		if v >= least && v < floor[i].Load() && r.header.Get("Cache-Status") == "realty-gateway; fwd=miss" {
+			overlapped[i].Add(1) // this gateway's store load read a version older than a write that returned meanwhile
+		}
+		raise(&seen[g][i][form], v)
+	}
+
+	// The writers' connections, straight to PostgreSQL, one per listing.
+	conns := make([]*pgx.Conn, written)
+	for i := range conns {
+		c, err := pgx.Connect(context.Background(), f.pgURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		conns[i] = c
+	}
+	// write writes version v of listing i, by PUT or by SQL, and returns
+	// once a reader must see it: the PUT returned, or the feed applied the
+	// UPDATE.
+	write := func(i, v int) error {
+		ctx := context.Background()
+		if byPUT(i, v) {
+			g, path := (i+v)%gateways, paths(i)[(v/2)%2]
+			r, err := send(f.ps[g], http.MethodPut, path, f.tok, fmt.Sprintf(`{"title":"v%d","categoryId":1,"location":{"cityId":6}}`, v))
+			if err != nil || r.status != http.StatusOK {
+				return fmt.Errorf("PUT v%d %s on gateway %d: %v %d %.200s", v, path, g, err, r.status, r.body)
+			}
+			return nil
+		}
+		var rev, seq int64
+		if err := conns[i].QueryRow(ctx, `UPDATE listings SET document = replace(document, $1, $2) WHERE id = $3 RETURNING revision`,
+			fmt.Sprintf(`"title":"v%d"`, v-1), fmt.Sprintf(`"title":"v%d"`, v), burstFirstID+i).Scan(&rev); err != nil {
+			return fmt.Errorf("UPDATE v%d of %d: %w", v, burstFirstID+i, err)
+		}
+		if err := conns[i].QueryRow(ctx, `SELECT seq FROM listing_changes WHERE listing_id = $1 AND revision = $2`, burstFirstID+i, rev).Scan(&seq); err != nil {
+			return fmt.Errorf("the change of v%d of %d: %w", v, burstFirstID+i, err)
+		}
+		for began := time.Now(); ; time.Sleep(5 * time.Millisecond) {
+			var applied bool
+			if err := conns[i].QueryRow(ctx, `SELECT applied_at IS NOT NULL FROM listing_changes WHERE seq = $1`, seq).Scan(&applied); err != nil {
+				return err
+			}
+			if applied {
+				return nil
+			}
+			if time.Since(began) > testenv.Patience() {
+				return fmt.Errorf("SQL v%d of %d not applied by the feed within %v", v, burstFirstID+i, testenv.Patience())
+			}
+		}
+	}
+
+	before := f.storeReads(t, f.ps...)
+	// The written listings' cold loads first: a read of each form of each,
+	// on a gateway of its own, takes the lease (or, where the other form's
+	// fill came first, finds the key filled), with the store slow.
+	f.pg.SetLatency(slow)
+	kicked := time.Now()
+	var burst, readers sync.WaitGroup
+	for i := range written {
+		for form := range 2 {
+			readers.Go(func() { read((i+form)%gateways, i, form) })
+		}
+	}
+	leasedAtWrite := 0
+	eventually(t, "a lease on, or a fill of, each form of the written listings", func() bool {
+		leasedAtWrite = 0
+		for i := range written {
+			if n := leased(i); n+filled(i) < 2 {
+				return false
+			} else if n > 0 {
+				leasedAtWrite++
+			}
+		}
+		return true
+	})
+	// The burst: the other gateways' clients wait on those leases, and
+	// load the other listings.
+	for g := range f.ps {
+		for c := range clients {
+			burst.Go(func() {
+				for _, i := range rand.Perm(listings) {
+					form := 0 // by id, as the other bursts; the written listings in both forms
+					if i < written {
+						form = (c + i) % 2
+					}
+					read(g, i, form)
+				}
+			})
+		}
+	}
+	// A holder's read of the store goes out after one or two slow answers
+	// (pgx prepares a statement before its first use on a connection, and
+	// pings an idle connection or opens a new one before that); most have
+	// read v0 one slow answer after the kick (measured), and their answers
+	// wait in the proxy until two. From a quarter of a slow answer later
+	// the store is fast again, for the writes and the change feed, which
+	// so return before those holders' fills of v0. A holder whose read
+	// went out after that reads whatever was written by then. overlapped
+	// counts the loads that answered a version older than a write that
+	// had returned meanwhile.
+	time.Sleep(time.Until(kicked.Add(slow + slow/4)))
+	f.pg.SetLatency(0)
+	writesDone := make(chan struct{})
+	for g := range f.ps {
+		for range checkers {
+			readers.Go(func() {
+				for {
+					select {
+					case <-writesDone:
+						return
+					default:
+					}
+					for _, i := range rand.Perm(written) {
+						read(g, i, 0)
+						read(g, i, 1)
+					}
+				}
+			})
+		}
+	}
+	var writers sync.WaitGroup
+	errs := make(chan error, written)
+	for i := range written {
+		writers.Go(func() {
+			for v := 1; v <= versions; v++ {
+				if err := write(i, v); err != nil {
+					errs <- err
+					return
+				}
+				raise(&floor[i], int64(v))
+				if v == 1 { // v1 meets the holders' fills of v0 alone, then the readers
+					for began := time.Now(); leased(i) > 0; time.Sleep(5 * time.Millisecond) {
+						if time.Since(began) > loadTimeout+testenv.Patience() {
+							errs <- fmt.Errorf("listing %d still leased %v after its first write", burstFirstID+i, time.Since(began))
+							return
+						}
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				time.Sleep(10 * time.Millisecond) // readers read each version
+			}
+		})
+	}
+	writers.Wait()
+	close(writesDone)
+	close(errs)
+	burst.Wait()
+	readers.Wait()
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	storeReads := f.storeReads(t, f.ps...) - before
+	var coalesced uint64
+	for _, p := range f.ps {
+		coalesced += p.Stats(t).Cache.Coalesced
+	}
+	var overlaps []string
+	for i := range written {
+		if n := overlapped[i].Load(); n > 0 {
+			first := "SQL"
+			if byPUT(i, 1) {
+				first = "PUT"
+			}
+			overlaps = append(overlaps, fmt.Sprintf("%d (%s first, %d answers)", burstFirstID+i, first, n))
+		}
+	}
+	t.Logf("%d reads of %d cold listings on %d gateways, %d of them written %d times each, %d of those under a lease after the first reads; "+
+		"store loads that answered a version older than a write that had returned: %v; %.0f store reads (the PUTs' own included), %d answered by another gateway's lease",
+		answered.Load(), listings, gateways, written, versions, leasedAtWrite, overlaps, storeReads, coalesced)
+	if nBad > 0 {
+		t.Fatalf("%d of %d reads were wrong or older than what they must show; the first %d:\n%s", nBad, answered.Load(), len(bad), strings.Join(bad, "\n"))
+	}
+	if len(overlaps) == 0 {
+		t.Fatal("no store load answered a version older than a write that had returned: the writes did not land on a cold load in flight")
+	}
+	for i := range written {
+		for g, p := range f.ps {
+			for _, path := range paths(i) {
+				if got := titleOf(t, p.view(t, path, f.tok)); got != fmt.Sprintf("v%d", versions) {
+					t.Errorf("%s on gateway %d after the last write: %q; want v%d", path, g, got, versions)
+				}
+			}
+		}
+	}
+}
