@@ -107,22 +107,33 @@ func pipeOf(rdb redis.UniversalClient) *redis.AutoPipeliner {
 // key empty takes it, in the look's own round trip while this process's
 // looks mostly find keys empty, else in a second one (coldLooks).
 func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, bool, error) {
-	if h.none() || !t.looks.mostlyEmpty() {
-		b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
-			b, err := t.read(ctx, name)
-			if errors.Is(err, redis.Nil) {
-				return nil, nil
-			}
-			return b, err
-		})
-		if err != nil || h.none() {
-			return b, false, err
+	if !h.none() && t.looks.mostlyEmpty() {
+		b, held, err := t.getOrLease(ctx, name, h)
+		if err == nil {
+			t.looks.saw(b == nil)
 		}
-		t.looks.saw(b == nil)
-		if b != nil {
-			return b, false, nil
-		}
+		return b, held, err
 	}
+	b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
+		b, err := t.read(ctx, name)
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		return b, err
+	})
+	if err != nil || h.none() {
+		return b, false, err
+	}
+	t.looks.saw(b == nil)
+	if b != nil {
+		return b, false, nil
+	}
+	return t.getOrLease(ctx, name, h)
+}
+
+// getOrLease runs the script getOrLease on name and h's lease: name's
+// value, or whether this look took the lease.
+func (t *redisTier) getOrLease(ctx context.Context, name string, h hold) ([]byte, bool, error) {
 	var held bool
 	b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
 		v, err := t.evalOne(ctx, getOrLease, []string{name, h.lease()}, h.token(), t.leaseTTL.Milliseconds())
@@ -140,9 +151,6 @@ func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, bool,
 		}
 		return nil, fmt.Errorf("getOrLease answered %T", v)
 	})
-	if err == nil {
-		t.looks.saw(b == nil)
-	}
 	return b, held, err
 }
 
