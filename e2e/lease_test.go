@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,12 +113,28 @@ func (f *coldFleet) storeReads(t *testing.T, ps ...*process) float64 {
 	return sum
 }
 
+// path is listing id's path: by id (form 0) or by firm and number (form 1).
+func (f *coldFleet) path(id, form int) string {
+	if form == 1 {
+		return fmt.Sprintf("/realty/%d-%d", f.w.firm, 1001+id-burstFirstID)
+	}
+	return fmt.Sprintf("/realty/%d", id)
+}
+
 // burstOutcome is what a burst's clients saw.
 type burstOutcome struct {
 	requests, wrong atomic.Int64
 	slowest         atomic.Int64 // nanoseconds
-	mu              sync.Mutex
-	first           string // the first wrong answer
+	// floor, where set, tells what a read of listing id may show: least,
+	// the last version whose write returned, and whether the listing is
+	// written at all. Without it, or for a listing not written, only v0 is
+	// right.
+	floor func(id int) (least int64, written bool)
+	// overlapped counts the reads answered by a store load (fwd=miss) of a
+	// version older than a write that had returned meanwhile.
+	overlapped atomic.Int64
+	mu         sync.Mutex
+	first      []string // the first wrong answers
 }
 
 // burst runs clients clients on each of ps, each reading every listing
@@ -125,25 +142,47 @@ type burstOutcome struct {
 // have answered.
 func (f *coldFleet) burst(ps []*process, clients, listings int) *burstOutcome {
 	o := &burstOutcome{}
+	f.burstInto(o, ps, clients, listings)
+	return o
+}
+
+// burstInto is burst recording into o.
+func (f *coldFleet) burstInto(o *burstOutcome, ps []*process, clients, listings int) {
 	var wg sync.WaitGroup
 	for _, p := range ps {
 		for range clients {
 			wg.Go(func() {
 				for _, i := range rand.Perm(listings) {
-					o.read(p, f.tok, burstFirstID+i)
+					o.read(p, f.tok, burstFirstID+i, f.path(burstFirstID+i, 0))
 				}
 			})
 		}
 	}
 	wg.Wait()
-	return o
 }
 
-// read reads listing id through p and records whether the answer was 200
-// with that listing, and how long it took.
-func (o *burstOutcome) read(p *process, tok string, id int) {
+// versionOf is n of a title "v<n>", or -1.
+func versionOf(title string) int64 {
+	var v int64
+	if n, err := fmt.Sscanf(title, "v%d", &v); n != 1 || err != nil || fmt.Sprintf("v%d", v) != title || v < 0 {
+		return -1
+	}
+	return v
+}
+
+// read reads listing id through p at path and records whether the answer
+// was 200 with that listing in a version it may show, and how long it
+// took. The floor is loaded before the request is sent: a version whose
+// write returned before then must be shown, or a later one; a listing
+// that is written by the time the answer comes may show a version past
+// v0.
+func (o *burstOutcome) read(p *process, tok string, id int, path string) {
+	var least int64
+	if o.floor != nil {
+		least, _ = o.floor(id)
+	}
 	began := time.Now()
-	r, err := send(p, http.MethodGet, fmt.Sprintf("/realty/%d", id), tok, "")
+	r, err := send(p, http.MethodGet, path, tok, "")
 	took := time.Since(began)
 	o.requests.Add(1)
 	for {
@@ -156,21 +195,35 @@ func (o *burstOutcome) read(p *process, tok string, id int) {
 		ID    int64  `json:"id"`
 		Title string `json:"title"`
 	}
-	if err == nil && r.status == http.StatusOK && json.Unmarshal(r.body, &l) == nil && l.ID == int64(id) && l.Title == "v0" {
+	v := int64(-1)
+	if err == nil && r.status == http.StatusOK && json.Unmarshal(r.body, &l) == nil && l.ID == int64(id) {
+		v = versionOf(l.Title)
+	}
+	var now int64
+	written := false
+	if o.floor != nil {
+		now, written = o.floor(id)
+	}
+	if v >= least && (v == 0 || v > 0 && written) {
+		if v < now && r.header.Get("Cache-Status") == "realty-gateway; fwd=miss" {
+			o.overlapped.Add(1)
+		}
 		return
 	}
 	o.wrong.Add(1)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.first == "" {
-		o.first = fmt.Sprintf("listing %d: %d %v %.200s", id, r.status, err, r.body)
+	if len(o.first) < 10 {
+		o.first = append(o.first, fmt.Sprintf("%s on %s, sent %s after v%d returned: %d %v %.200s",
+			path, p.Base, began.Format("15:04:05.000"), least, r.status, err, r.body))
 	}
 }
 
 func (o *burstOutcome) requireAllRight(t *testing.T) {
 	t.Helper()
 	if n := o.wrong.Load(); n > 0 {
-		t.Fatalf("%d of %d reads were not 200 with the listing asked for; the first: %s", n, o.requests.Load(), o.first)
+		t.Fatalf("%d of %d reads were not 200 with the listing asked for in a version they may show; the first %d:\n%s",
+			n, o.requests.Load(), len(o.first), strings.Join(o.first, "\n"))
 	}
 }
 
@@ -231,7 +284,7 @@ func TestEndToEndLeaseHolderKilled(t *testing.T) {
 	victim, survivors := f.ps[0], f.ps[1:]
 	f.pg.SetLatency(latency)
 	for i := range listings { // every load at once; their answers end with gateway 0
-		go (&burstOutcome{}).read(victim, f.tok, burstFirstID+i)
+		go (&burstOutcome{}).read(victim, f.tok, burstFirstID+i, f.path(burstFirstID+i, 0))
 	}
 	leased := func() int {
 		n := 0
@@ -261,5 +314,263 @@ func TestEndToEndLeaseHolderKilled(t *testing.T) {
 	}
 	if bound := 2*loadTimeout + testenv.Patience(); time.Duration(o.slowest.Load()) > bound {
 		t.Fatalf("a read on a survivor took %v; want at most %v", time.Duration(o.slowest.Load()), bound)
+	}
+}
+
+// TestEndToEndLeaseHolderKilledWithWrites: TestEndToEndLeaseHolderKilled
+// with writes, so that "no read is older than the last returned write"
+// has something to bite on. Gateway 0 starts loading 30 cold listings
+// through a store that answers 1 s late and takes their leases; the three
+// survivors' clients ask for every one of them and wait on those leases;
+// gateway 0 is killed with its loads in flight. When its leases expire
+// the survivors take them over and load those listings themselves (on
+// connections that the survivors opened before the burst: a ping of the
+// idle connection, one slow answer, then the read); a quarter of a slow
+// answer after the first such take-over has had a slow answer, the
+// store is fast again and up to 6 listings that gateway 0 held the leases
+// of (those whose take-over load is still in flight first) are written
+// v1 … v4 by PUT, each write through another survivor and in another key
+// form (/realty/{id}, /realty/{firmId}-{no}), so that the first write
+// returns while a take-over holder's read of v0 is on its way to its
+// version-guarded fill; v2 follows once that fill is done and the
+// survivors' local copies of v1 have expired, so that the readers read
+// what the fill left in Redis. Two more clients per survivor read the
+// written listings in both forms until the last write.
+//
+// Asserted, each read's floor (the last version whose PUT returned)
+// loaded before it is sent: every read on a survivor answers 200 with
+// the listing asked for, v0 where it is not written, else a version not
+// below its floor; none later than the lease's bound plus a load of its
+// own plus patience (as in TestEndToEndLeaseHolderKilled); every PUT
+// answers 200; after the last write every survivor serves v4 of every
+// written listing in both forms. The test fails where gateway 0 held no
+// lease at its death, or where no store load answered a version older
+// than a write that had returned meanwhile (the writes did not land on a
+// take-over load in flight: it did not exercise what it is about).
+func TestEndToEndLeaseHolderKilledWithWrites(t *testing.T) {
+	const (
+		gateways, clients, listings = 4, 4, 30
+		written, versions           = 6, 4
+		checkers                    = 2 // per survivor, on the written listings until the last write
+		slow                        = time.Second
+		storeTimeout, redisTimeout  = 5 * time.Second, time.Second
+		localMaxAge                 = 2 * time.Second // GATEWAY_LOCAL_MAX_AGE's default
+	)
+	// A take-over holder may ping an idle connection before its read (two
+	// slow answers): the store's timeout leaves room for that, and the
+	// request's deadline for a waiter's longest wait and a load of its own.
+	loadTimeout := storeTimeout + 3*redisTimeout
+	requestTimeout := loadTimeout + storeTimeout + 2*time.Second
+	f := newColdFleet(t, gateways, listings, environment{"GATEWAY_STORE_TIMEOUT": storeTimeout.String(), "GATEWAY_REDIS_TIMEOUT": redisTimeout.String(),
+		"GATEWAY_REQUEST_TIMEOUT": requestTimeout.String(), "GATEWAY_WRITE_TIMEOUT": (2 * requestTimeout).String()})
+	victim, survivors := f.ps[0], f.ps[1:]
+	ctx := context.Background()
+	leaseKeys := make([]string, listings)
+	for i := range leaseKeys {
+		leaseKeys[i] = fmt.Sprintf("{%srealty:id:%d}:lease", f.prefix, burstFirstID+i)
+	}
+	// owners is each listing's lease holder by id: the gateway's part of
+	// the lease's token ("<gateway>-<seq>."), "" where there is no lease.
+	owners := func() []string {
+		vals, err := f.rdb.MGet(ctx, leaseKeys...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]string, listings)
+		for i, v := range vals {
+			if s, ok := v.(string); ok {
+				if j := strings.LastIndexByte(s, '-'); j > 0 {
+					out[i] = s[:j]
+				}
+			}
+		}
+		return out
+	}
+
+	// floors[i]: the last version of listing i whose PUT returned;
+	// chosen[i]: whether listing i is written.
+	var (
+		floors [listings]atomic.Int64
+		chosen [listings]atomic.Bool
+	)
+	o := &burstOutcome{floor: func(id int) (int64, bool) {
+		i := id - burstFirstID
+		return floors[i].Load(), chosen[i].Load()
+	}}
+
+	// The survivors' store connections open, and prepare the read by id,
+	// before the burst (reads of listings that do not exist, at once, so
+	// that each takes a connection of its own): a take-over's load is then
+	// a ping of its idle connection and the read, not the opening of a
+	// connection, whose round trips would let its read go out after the
+	// first write.
+	f.pg.SetLatency(slow / 4)
+	var warm sync.WaitGroup
+	for g, p := range survivors {
+		for c := range 8 {
+			warm.Go(func() {
+				if r, err := send(p, http.MethodGet, fmt.Sprintf("/realty/%d", 900_000+10*g+c), f.tok, ""); err != nil || r.status != http.StatusNotFound {
+					t.Errorf("warm-up read on survivor %d: %v %d %.200s", g+1, err, r.status, r.body)
+				}
+			})
+		}
+	}
+	warm.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	f.pg.SetLatency(slow)
+	for i := range listings { // every load at once; their answers end with gateway 0
+		go (&burstOutcome{}).read(victim, f.tok, burstFirstID+i, f.path(burstFirstID+i, 0))
+	}
+	var victimID string // no other gateway has read yet: every lease is gateway 0's
+	eventually(t, "gateway 0 holds leases", func() bool {
+		n := 0
+		for _, id := range owners() {
+			if id != "" {
+				victimID, n = id, n+1
+			}
+		}
+		return n >= listings/2
+	})
+	burstDone := make(chan struct{})
+	go func() {
+		f.burstInto(o, survivors, clients, listings)
+		close(burstDone)
+	}()
+	time.Sleep(100 * time.Millisecond) // the survivors' first reads find the leases
+	var deadHeld []int
+	for i, id := range owners() {
+		if id == victimID {
+			deadHeld = append(deadHeld, i)
+		}
+	}
+	if err := victim.Signal(os.Kill); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if len(deadHeld) == 0 {
+		t.Fatal("gateway 0 held no lease when it was killed: the test did not exercise a dead holder")
+	}
+
+	// The first take-over of a dead holder's lease, within the lease's
+	// life and patience.
+	takenOver := func(cur []string, i int) bool { return cur[i] != "" && cur[i] != victimID }
+	for {
+		cur := owners()
+		if slices.ContainsFunc(deadHeld, func(i int) bool { return takenOver(cur, i) }) {
+			break
+		}
+		if time.Since(killed) > loadTimeout+testenv.Patience() {
+			t.Fatalf("no survivor took over a lease of the dead gateway within %v of the kill", time.Since(killed))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	firstTakeOver := time.Now()
+	time.Sleep(time.Until(firstTakeOver.Add(slow + slow/4)))
+	var picks []int
+	cur := owners()
+	for _, i := range deadHeld {
+		if takenOver(cur, i) && len(picks) < written {
+			picks = append(picks, i)
+		}
+	}
+	inFlight := len(picks)
+	for _, i := range deadHeld {
+		if !slices.Contains(picks, i) && len(picks) < written {
+			picks = append(picks, i)
+		}
+	}
+	for _, i := range picks {
+		chosen[i].Store(true)
+	}
+	f.pg.SetLatency(0)
+
+	writesDone := make(chan struct{})
+	var readers sync.WaitGroup
+	for _, p := range survivors {
+		for c := range checkers {
+			readers.Go(func() {
+				for {
+					select {
+					case <-writesDone:
+						return
+					default:
+					}
+					for _, k := range rand.Perm(len(picks)) {
+						id := burstFirstID + picks[k]
+						o.read(p, f.tok, id, f.path(id, c%2))
+						o.read(p, f.tok, id, f.path(id, (c+1)%2))
+					}
+				}
+			})
+		}
+	}
+	var writers sync.WaitGroup
+	errs := make(chan error, len(picks))
+	for k, i := range picks {
+		writers.Go(func() {
+			id := burstFirstID + i
+			for v := 1; v <= versions; v++ {
+				g := (k + v) % len(survivors)
+				path := f.path(id, (k+v)%2)
+				r, err := send(survivors[g], http.MethodPut, path, f.tok, fmt.Sprintf(`{"title":"v%d","categoryId":1,"location":{"cityId":6}}`, v))
+				if err != nil || r.status != http.StatusOK {
+					errs <- fmt.Errorf("PUT v%d %s on survivor %d: %v %d %.200s", v, path, g+1, err, r.status, r.body)
+					return
+				}
+				floors[i].Store(int64(v))
+				if v == 1 { // v1 meets the take-over's fill of v0 alone, then the readers
+					for began := time.Now(); f.rdb.Exists(ctx, leaseKeys[i]).Val() == 1; time.Sleep(5 * time.Millisecond) {
+						if time.Since(began) > loadTimeout+testenv.Patience() {
+							errs <- fmt.Errorf("listing %d still leased %v after its first write", id, time.Since(began))
+							return
+						}
+					}
+					// The survivors' local copies of v1 (kept at most the
+					// local max age, 2 s) expire: the readers then read
+					// what the take-over's fill left in Redis.
+					time.Sleep(localMaxAge + 500*time.Millisecond)
+				}
+				time.Sleep(10 * time.Millisecond) // readers read each version
+			}
+		})
+	}
+	writers.Wait()
+	close(writesDone)
+	close(errs)
+	<-burstDone
+	readers.Wait()
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	var ids []int
+	for _, i := range picks {
+		ids = append(ids, burstFirstID+i)
+	}
+	t.Logf("gateway 0 killed holding %d of %d leases; listings %v written v1..v%d (%d with a take-over load in flight at the first write); "+
+		"the survivors answered %d reads, the last %v after the kill, the slowest in %v; %d store loads answered a version older than a write that had returned",
+		len(deadHeld), listings, ids, versions, inFlight, o.requests.Load(), time.Since(killed).Round(time.Millisecond),
+		time.Duration(o.slowest.Load()).Round(time.Millisecond), o.overlapped.Load())
+	o.requireAllRight(t)
+	if bound := 2*loadTimeout + testenv.Patience(); time.Duration(o.slowest.Load()) > bound {
+		t.Fatalf("a read on a survivor took %v; want at most %v", time.Duration(o.slowest.Load()), bound)
+	}
+	if o.overlapped.Load() == 0 {
+		t.Fatal("no store load answered a version older than a write that had returned: the writes did not land on a take-over load in flight")
+	}
+	for _, i := range picks {
+		for g, p := range survivors {
+			for form := range 2 {
+				path := f.path(burstFirstID+i, form)
+				if got := titleOf(t, p.view(t, path, f.tok)); got != fmt.Sprintf("v%d", versions) {
+					t.Errorf("%s on survivor %d after the last write: %q; want v%d", path, g+1, got, versions)
+				}
+			}
+		}
 	}
 }
