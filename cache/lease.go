@@ -24,7 +24,9 @@ import (
 // lease taken marks it and waits for that message, or looks again every
 // leasePoll in case the message is lost, and answers from the fill,
 // admitted as any copy is. Fills stay version-guarded, so a lease never
-// lets an older version replace a newer one.
+// lets an older version replace a newer one, and a write of the key, or a
+// change the feed applies to it, ends its lease and wakes its waiters
+// (redis.go's write): they answer from the write.
 //
 // Bounds: a lease lives the load timeout, the longest a holder's load can
 // take, so a holder that died (kill -9, a partition) holds the key at most
@@ -165,6 +167,29 @@ end
 ` + endLease + `
 return set
 `)
+
+// endingLease is a write's script body, then the end of whatever lease
+// KEYS[2] holds, published on the channel ARGV[#ARGV] where a gateway
+// waits for it: a write ends the lease of the key it writes.
+func endingLease(body string) string {
+	return "local function write()\n" + body + `end
+local res = write()
+local lease = redis.call('GET', KEYS[2])
+if lease then
+  redis.call('DEL', KEYS[2])
+  if string.sub(lease, -1) == '+' then
+    redis.call('PUBLISH', ARGV[#ARGV], KEYS[1])
+  end
+end
+return res
+`
+}
+
+// The writes' scripts that end the key's lease.
+var (
+	guardedSetEndingLease     = redis.NewScript(endingLease(guardedSetBody))
+	refreshOrFloorEndingLease = redis.NewScript(endingLease(refreshOrFloorBody))
+)
 
 // releaseScript is endLease alone (ARGV[1..3] unused).
 const releaseScript = endLease + `

@@ -234,3 +234,48 @@ func TestTheLeaseRidesOnTheLookWhileKeysAreColdOnly(t *testing.T) {
 		t.Fatalf("%d store reads; want %d", n, keys+1)
 	}
 }
+
+// TestAWriteEndsTheLease: a write of a key, by this gateway or applied
+// from the change feed, ends the lease another gateway holds on it and
+// wakes the gateways that wait on it: the holder's fill would be older.
+func TestAWriteEndsTheLease(t *testing.T) {
+	ctx := context.Background()
+	src := newSource(listing(5, 1, 1, true), listing(6, 1, 2, true))
+	c := fleet(t, 1, src)[0]
+	rdb := redisOf(c).rdb
+	sub := rdb.Subscribe(ctx, c.inv.filled)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // the confirmation
+		t.Fatal(err)
+	}
+	next := listing(6, 1, 2, true)
+	next.Title, next.Revision = "changed elsewhere", 2
+	for _, tt := range []struct {
+		name  string
+		id    int64
+		write func() error
+	}{
+		{"a write through the gateway", 5, func() error {
+			_, err := c.Replace(ctx, src.listings[5], listing(5, 1, 1, true), upstream.Precondition{})
+			return err
+		}},
+		{"a change from the feed", 6, func() error { return c.Apply(ctx, []Change{live(next)})[0] }},
+	} {
+		name := ByID(tt.id).name(c.prefix)
+		if err := rdb.Set(ctx, leaseKey(name), "other-1.+", time.Minute).Err(); err != nil { // held elsewhere, waited for
+			t.Fatal(err)
+		}
+		if err := tt.write(); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if n, err := rdb.Exists(ctx, leaseKey(name)).Result(); err != nil || n != 0 {
+			t.Fatalf("%s: the lease outlived it (%d, %v)", tt.name, n, err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, testenv.Patience())
+		msg, err := sub.ReceiveMessage(rctx)
+		cancel()
+		if err != nil || msg.Payload != name {
+			t.Fatalf("%s: announced %v, %v; want %q", tt.name, msg, err, name)
+		}
+	}
+}

@@ -21,7 +21,9 @@ import (
 // guardedSet writes ARGV[1] with a PX of ARGV[3] unless the key holds a
 // record whose revision is greater than ARGV[2]. One key per call, so the
 // two keys of a listing may live in different Redis Cluster slots.
-var guardedSet = redis.NewScript(`
+var guardedSet = redis.NewScript(guardedSetBody)
+
+const guardedSetBody = `
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local rev = tonumber(string.match(cur, '^v1 (%d+) '))
@@ -31,7 +33,7 @@ if cur then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 return 1
-`)
+`
 
 // redisTier keeps records in Redis. A breaker in front of it skips Redis
 // for a second after consecutive failures, so a dead, paused or slow Redis
@@ -222,14 +224,23 @@ func (t *redisTier) fill(ctx context.Context, names []string, r record, ttl time
 // waits for it, and a refused connection fails there sooner than in the
 // shared pipeline. Each key is its own command, so keys may live in
 // different Cluster slots.
+//
+// A write also ends the key's lease, if any gateway holds one, and wakes
+// the gateways that wait on it (lease.go): the holder's fill would be
+// older than the write, and its waiters answer from the write at once.
 func (t *redisTier) write(ctx context.Context, writes []keyWrite) []error {
 	calls := make([]scriptCall, len(writes))
 	for i, w := range writes {
-		calls[i] = scriptCall{script: guardedSet, key: w.name, args: guardedSetArgs(w.value, w.ttl)}
+		c := scriptCall{script: guardedSet, key: w.name, args: guardedSetArgs(w.value, w.ttl)}
+		endingLease := guardedSetEndingLease
 		if w.ifCached {
-			calls[i].script = refreshOrFloor
-			calls[i].args = append(calls[i].args, w.floor.encode(), time.Until(time.UnixMilli(w.floor.freshUntil)).Milliseconds())
+			c.script, endingLease = refreshOrFloor, refreshOrFloorEndingLease
+			c.args = append(c.args, w.floor.encode(), time.Until(time.UnixMilli(w.floor.freshUntil)).Milliseconds())
 		}
+		if lease := leaseKey(w.name); lease != "" && t.filled != "" { // else no lease shares the key's slot, or none is taken
+			c.script, c.lease, c.args = endingLease, lease, append(c.args, t.filled)
+		}
+		calls[i] = c
 	}
 	return t.runEach(ctx, nil, calls)
 }
@@ -360,7 +371,9 @@ func (t *redisTier) breakerState() breaker.State { return breaker.StateOf(t.cb) 
 // ms, so that a read of the old version in flight cannot fill it, without
 // filling Redis with listings nobody reads. A key that holds this revision
 // or a newer one is left alone.
-var refreshOrFloor = redis.NewScript(`
+var refreshOrFloor = redis.NewScript(refreshOrFloorBody)
+
+const refreshOrFloorBody = `
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local rev = tonumber(string.match(cur, '^v1 (%d+) '))
@@ -372,7 +385,7 @@ if cur then
 end
 redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
 return 2
-`)
+`
 
 // addVariantsScript replaces a key's record with ARGV[3], which carries
 // more variants, where the key still holds the version of revision ARGV[1]
