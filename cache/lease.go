@@ -151,29 +151,10 @@ if lease and string.sub(lease, 1, #ARGV[4]) == ARGV[4] then
 end
 `
 
-// guardedSetRelease is guardedSet's write of KEYS[1], then endLease.
-var guardedSetRelease = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-local set = 1
-if cur then
-  local rev = tonumber(string.match(cur, '^v1 (%d+) '))
-  if rev and rev > tonumber(ARGV[2]) then
-    set = 0
-  end
-end
-if set == 1 then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-end
-` + endLease + `
-return set
-`)
-
-// endingLease is a write's script body, then the end of whatever lease
-// KEYS[2] holds, published on the channel ARGV[#ARGV] where a gateway
-// waits for it: a write ends the lease of the key it writes.
-func endingLease(body string) string {
-	return "local function write()\n" + body + `end
-local res = write()
+// endAnyLease is the end of whatever lease KEYS[2] holds, with the key
+// KEYS[1] published on the channel ARGV[#ARGV] where a gateway waits for
+// it: a write ends the lease of the key it writes.
+const endAnyLease = `
 local lease = redis.call('GET', KEYS[2])
 if lease then
   redis.call('DEL', KEYS[2])
@@ -181,14 +162,21 @@ if lease then
     redis.call('PUBLISH', ARGV[#ARGV], KEYS[1])
   end
 end
-return res
 `
+
+// thenEnd is the script that runs a write's script body, then end (a
+// lease's end), and answers what the body answered.
+func thenEnd(body, end string) *redis.Script {
+	return redis.NewScript("local function write()\n" + body + "end\nlocal res = write()\n" + end + "return res\n")
 }
 
-// The writes' scripts that end the key's lease.
+// The scripts that write a key and end its lease: the holder's fill
+// (guardedSetRelease), and writes and the feed's changes, which end
+// whoever's lease it is.
 var (
-	guardedSetEndingLease     = redis.NewScript(endingLease(guardedSetBody))
-	refreshOrFloorEndingLease = redis.NewScript(endingLease(refreshOrFloorBody))
+	guardedSetRelease         = thenEnd(guardedSetBody, endLease)
+	guardedSetEndingLease     = thenEnd(guardedSetBody, endAnyLease)
+	refreshOrFloorEndingLease = thenEnd(refreshOrFloorBody, endAnyLease)
 )
 
 // releaseScript is endLease alone (ARGV[1..3] unused).

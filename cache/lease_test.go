@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -134,11 +136,7 @@ func TestOnlyAWaitedForFillIsAnnounced(t *testing.T) {
 	src := newSource(listing(5, 1, 1, true), listing(6, 1, 2, true))
 	c := fleet(t, 1, src)[0]
 	rdb := redisOf(c).rdb
-	sub := rdb.Subscribe(ctx, c.inv.filled)
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil { // the confirmation
-		t.Fatal(err)
-	}
+	sub := subscribeFilled(t, c)
 	if _, err := c.Get(ctx, ByID(5)); err != nil {
 		t.Fatal(err)
 	}
@@ -156,10 +154,29 @@ func TestOnlyAWaitedForFillIsAnnounced(t *testing.T) {
 		t.Fatalf("look at a leased key: took %v, %v; want the lease left to its holder", took, err)
 	}
 	c.remember(ctx, c.recordOfEncoded(mustEncode(t, src.listings[6])), time.Minute, h, waited)
-	msg, err := sub.ReceiveMessage(ctx)
+	msg, err := nextFilled(sub)
 	if err != nil || msg.Payload != waited {
 		t.Fatalf("announced %v, %v; want %q", msg, err, waited)
 	}
+}
+
+// subscribeFilled subscribes to c's filled channel, as every gateway does,
+// until the test ends.
+func subscribeFilled(t *testing.T, c *Cache) *redis.PubSub {
+	t.Helper()
+	sub := redisOf(c).rdb.Subscribe(context.Background(), c.inv.filled)
+	t.Cleanup(func() { _ = sub.Close() })
+	if _, err := sub.Receive(context.Background()); err != nil { // the confirmation
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// nextFilled is the next key announced filled, within the test's patience.
+func nextFilled(sub *redis.PubSub) (*redis.Message, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
+	defer cancel()
+	return sub.ReceiveMessage(ctx)
 }
 
 func mustEncode(t *testing.T, l upstream.Listing) upstream.Encoded {
@@ -243,11 +260,7 @@ func TestAWriteEndsTheLease(t *testing.T) {
 	src := newSource(listing(5, 1, 1, true), listing(6, 1, 2, true))
 	c := fleet(t, 1, src)[0]
 	rdb := redisOf(c).rdb
-	sub := rdb.Subscribe(ctx, c.inv.filled)
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil { // the confirmation
-		t.Fatal(err)
-	}
+	sub := subscribeFilled(t, c)
 	next := listing(6, 1, 2, true)
 	next.Title, next.Revision = "changed elsewhere", 2
 	for _, tt := range []struct {
@@ -271,9 +284,7 @@ func TestAWriteEndsTheLease(t *testing.T) {
 		if n, err := rdb.Exists(ctx, leaseKey(name)).Result(); err != nil || n != 0 {
 			t.Fatalf("%s: the lease outlived it (%d, %v)", tt.name, n, err)
 		}
-		rctx, cancel := context.WithTimeout(ctx, testenv.Patience())
-		msg, err := sub.ReceiveMessage(rctx)
-		cancel()
+		msg, err := nextFilled(sub)
 		if err != nil || msg.Payload != name {
 			t.Fatalf("%s: announced %v, %v; want %q", tt.name, msg, err, name)
 		}

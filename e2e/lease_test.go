@@ -354,7 +354,7 @@ func TestEndToEndLeaseHolderKilledWithWrites(t *testing.T) {
 		checkers                    = 2 // per survivor, on the written listings until the last write
 		slow                        = time.Second
 		storeTimeout, redisTimeout  = 5 * time.Second, time.Second
-		localMaxAge                 = 2 * time.Second // GATEWAY_LOCAL_MAX_AGE's default
+		localMaxAge                 = 2 * time.Second // GATEWAY_LOCAL_CACHE_MAX_AGE's default
 	)
 	// A take-over holder may ping an idle connection before its read (two
 	// slow answers): the store's timeout leaves room for that, and the
