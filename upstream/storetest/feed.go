@@ -7,6 +7,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,7 @@ func RunFeed(t *testing.T, open func(t *testing.T) (FeedStore, Exec)) {
 		{"AwaitUndone", testFeedAwaitUndone},
 		{"ApplyAndPrune", testFeedApplyAndPrune},
 		{"AdoptReplays", testFeedAdoptReplays},
+		{"AdoptReplaysManyChanges", testFeedAdoptReplaysManyChanges},
 		{"Settle", testFeedSettle},
 		{"StoredBodies", testStoredBodies},
 		{"ImportedBodiesNotStale", testImportedBodiesNotStale},
@@ -466,6 +468,58 @@ func testFeedAdoptReplays(t *testing.T, s FeedStore, _ Exec) {
 	time.Sleep(5 * time.Millisecond) // the window reaches back to now, included
 	if n, err := fs.Adopt(ctx, "redis-3", 0); err != nil || n != 0 {
 		t.Fatalf("Adopt with an empty window = %d, %v; want 0", n, err)
+	}
+}
+
+// testFeedAdoptReplaysManyChanges: a window of more changes than one of
+// Adopt's transactions marks (the stores mark 2,000 at a time) replays
+// whole, and a replay cut short goes on where it stopped.
+func testFeedAdoptReplaysManyChanges(t *testing.T, s FeedStore, exec Exec) {
+	ctx := context.Background()
+	f := seed(t, s)
+	seedActive(t, s, f)
+	fs := mustAcquire(t, s)
+	cs, err := fs.Pending(ctx, 0, 10)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("Pending = %+v, %v; want the one change", cs, err)
+	}
+	if _, err := fs.Adopt(ctx, "redis-1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	const copies, cutAt = 4500, 1001 // over two batches; the first try marked the first 1,001
+	err = exec(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < `+strconv.Itoa(copies)+`)
+		INSERT INTO listing_changes (listing_id, firm_id, no, revision, visible_before, visible_after, deleted, changed_at)
+		SELECT c.listing_id, c.firm_id, c.no, c.revision, c.visible_before, c.visible_after, c.deleted, c.changed_at
+		FROM n CROSS JOIN listing_changes c WHERE c.seq = $1`, cs[0].Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := fs.Pending(ctx, 0, 2*copies)
+	if err != nil || len(all) != copies+1 {
+		t.Fatalf("Pending = %d changes, %v; want %d", len(all), err, copies+1)
+	}
+	if err := fs.MarkApplied(ctx, seqs(all), true); err != nil {
+		t.Fatal(err)
+	}
+	err = exec(ctx, `UPDATE listing_changes SET applied_at = NULL, done_at = NULL, replayed = TRUE
+		WHERE seq IN (SELECT seq FROM listing_changes ORDER BY seq LIMIT `+strconv.Itoa(cutAt)+`)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := fs.Adopt(ctx, "redis-2", time.Hour); err != nil || n != copies+1-cutAt {
+		t.Fatalf("Adopt of another Redis after a replay cut short = %d, %v; want the %d changes still applied", n, err, copies+1-cutAt)
+	}
+	again, err := fs.Pending(ctx, 0, 2*copies)
+	if err != nil || !slices.Equal(seqs(again), seqs(all)) {
+		t.Fatalf("Pending after the replay = %d changes, %v; want all %d", len(again), err, len(all))
+	}
+	for _, c := range again {
+		if !c.Replayed {
+			t.Fatalf("change %d not marked replayed", c.Seq)
+		}
+	}
+	if p, err := s.Position(ctx); err != nil || p.RedisIdentity != "redis-2" {
+		t.Fatalf("Position = %+v, %v; want redis-2 adopted", p, err)
 	}
 }
 

@@ -312,33 +312,84 @@ func (s *Session) mark(ctx context.Context, what, set string, seqs []int64) erro
 	return nil
 }
 
-func (s *Session) Adopt(ctx context.Context, redisIdentity string, replay time.Duration) (n int64, err error) {
-	err = inTx(ctx, s.db, func(tx Querier) error {
-		var current string
-		if err := tx.QueryRow(ctx, `SELECT redis_identity FROM feed_state WHERE id = 1`).Scan(&current); err != nil {
-			return err
-		}
-		if current == redisIdentity {
-			return nil
-		}
-		// The new Redis may lack anything applied within the replay window:
-		// apply it again, without purging the CDN a second time.
-		const window = `applied_at IS NOT NULL AND changed_at >= `
-		err := tx.QueryRow(ctx, `SELECT count(*) FROM listing_changes WHERE `+window+s.now+` - $1`, replay.Milliseconds()).Scan(&n)
-		if err != nil {
-			return err
-		}
-		err = tx.Exec(ctx, `UPDATE listing_changes SET applied_at = NULL, done_at = NULL, replayed = TRUE
-			WHERE `+window+s.now+` - $1`, replay.Milliseconds())
-		if err != nil {
-			return err
-		}
-		return tx.Exec(ctx, `UPDATE feed_state SET redis_identity = $1 WHERE id = 1`, redisIdentity)
-	})
+// replayBatch bounds the changes that one transaction of Adopt marks for
+// replay, so that a window of many changes (an import's) replays in short
+// transactions, each well within the serving statement_timeout; in one
+// statement, 200,000 changes outlasted it on every try, and the new Redis
+// was never adopted.
+const replayBatch = 2000
+
+func (s *Session) Adopt(ctx context.Context, redisIdentity string, replay time.Duration) (int64, error) {
+	var (
+		current string
+		since   int64 // the window's start, by the database's clock, fixed for the whole replay
+	)
+	err := s.db.QueryRow(ctx, `SELECT redis_identity, `+s.now+` - $1 FROM feed_state WHERE id = 1`,
+		replay.Milliseconds()).Scan(&current, &since)
 	if err != nil {
 		return 0, fmt.Errorf("adopt redis: %w", err)
 	}
-	return n, nil
+	if current == redisIdentity {
+		return 0, nil
+	}
+	// The new Redis may lack anything applied within the replay window:
+	// apply it again, without purging the CDN a second time. The marks go
+	// in batches, the old Redis still adopted meanwhile, so a replay cut
+	// short goes on where it stopped at the next try: the changes it
+	// marked are no longer applied.
+	var n int64
+	for after := int64(0); ; {
+		upper, marked, err := s.markReplayed(ctx, after, since)
+		if err != nil {
+			return 0, fmt.Errorf("adopt redis: %w", err)
+		}
+		n += marked
+		if marked < replayBatch {
+			break
+		}
+		after = upper
+	}
+	last, err := s.switchRedis(ctx, redisIdentity, since)
+	if err != nil {
+		return 0, fmt.Errorf("adopt redis: %w", err)
+	}
+	return n + last, nil
+}
+
+// markReplayed marks the next batch of changes after seq after, applied
+// since since, for replay; it returns the last seq of the batch and how
+// many it marked.
+func (s *Session) markReplayed(ctx context.Context, after, since int64) (upper, n int64, err error) {
+	err = inTx(ctx, s.db, func(tx Querier) error {
+		err := tx.QueryRow(ctx, `SELECT COALESCE(max(seq), 0), count(*) FROM (SELECT seq FROM listing_changes
+			WHERE seq > $1 AND applied_at IS NOT NULL AND changed_at >= $2 ORDER BY seq LIMIT $3) batch`,
+			after, since, replayBatch).Scan(&upper, &n)
+		if err != nil || n == 0 {
+			return err
+		}
+		return tx.Exec(ctx, `UPDATE listing_changes SET applied_at = NULL, done_at = NULL, replayed = TRUE
+			WHERE seq > $1 AND seq <= $2 AND applied_at IS NOT NULL AND changed_at >= $3`, after, upper, since)
+	})
+	return upper, n, err
+}
+
+// switchRedis adopts redisIdentity, marking for replay, in the same
+// transaction, what a writer settled behind the batches (the window holds
+// few such changes by now).
+func (s *Session) switchRedis(ctx context.Context, redisIdentity string, since int64) (n int64, err error) {
+	err = inTx(ctx, s.db, func(tx Querier) error {
+		const window = `applied_at IS NOT NULL AND changed_at >= $1`
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM listing_changes WHERE `+window, since).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			if err := tx.Exec(ctx, `UPDATE listing_changes SET applied_at = NULL, done_at = NULL, replayed = TRUE WHERE `+window, since); err != nil {
+				return err
+			}
+		}
+		return tx.Exec(ctx, `UPDATE feed_state SET redis_identity = $1 WHERE id = 1`, redisIdentity)
+	})
+	return n, err
 }
 
 // Undone reads the partial index of the changes not done: no write, and
