@@ -28,6 +28,8 @@ import (
 //	local     Redis configured, the default local tier, the hot listing from it
 //	embedded  SQLite, no Redis
 //	miss      Redis configured and emptied, PostgreSQL: every request a listing not read before
+//	miss-bare the same walk with no Redis and a one-byte local tier: the
+//	          floor under miss, a store read with no cache I/O at all
 //
 // Every gateway runs with the harness's settings (gatewayEnv: log level
 // warn, everything else at its default; the access log is on at its
@@ -41,11 +43,13 @@ var releaseCases = []struct {
 	name    string
 	sqlite  bool // the embedded store, without Redis
 	miss    bool // every request a listing not read before (walk.lua), its Redis keys emptied before each run
+	bare    bool // with miss: no Redis, a one-byte local tier
 	comment string
 }{
-	{"local", false, false, "Redis configured, the default local tier: the hot listing from the local tier"},
-	{"embedded", true, false, "SQLite, no Redis: the hot listing from the in-process tier"},
-	{"miss", false, true, "Redis configured and emptied before each run, the default local tier, PostgreSQL: every request a listing not read before (raise -listings above a run's requests)"},
+	{"local", false, false, false, "Redis configured, the default local tier: the hot listing from the local tier"},
+	{"embedded", true, false, false, "SQLite, no Redis: the hot listing from the in-process tier"},
+	{"miss", false, true, false, "Redis configured and emptied before each run, the default local tier, PostgreSQL: every request a listing not read before (raise -listings above a run's requests)"},
+	{"miss-bare", false, true, true, "the same walk, PostgreSQL, no Redis and a one-byte local tier: a store read with no cache I/O, the floor under miss"},
 }
 
 // releaseTargets are issue 26's bounds: this tree against the release,
@@ -129,7 +133,7 @@ func releaseBench(ctx context.Context, opts options, root, work string) (string,
 		if rep%2 == 1 {
 			a, b = 1, 0
 		}
-		return []slot{{a, "local"}, {b, "local"}, {-1, "fiber-static"}, {b, "embedded"}, {a, "embedded"}, {a, "miss"}, {b, "miss"}}
+		return []slot{{a, "local"}, {b, "local"}, {-1, "fiber-static"}, {b, "embedded"}, {a, "embedded"}, {a, "miss"}, {b, "miss"}, {b, "miss-bare"}, {a, "miss-bare"}}
 	}
 	run := func(s slot, d time.Duration) (result, error) {
 		if s.arm < 0 {
@@ -144,7 +148,10 @@ func releaseBench(ctx context.Context, opts options, root, work string) (string,
 			return "", err
 		}
 	}
-	res := map[string][][]result{"local": {nil, nil}, "embedded": {nil, nil}, "miss": {nil, nil}}
+	res := map[string][][]result{}
+	for _, c := range releaseCases {
+		res[c.name] = [][]result{nil, nil}
+	}
 	var fiber []result
 	for rep := range opts.reps {
 		log.Printf("repetition %d of %d", rep+1, opts.reps)
@@ -179,11 +186,14 @@ func releaseBench(ctx context.Context, opts options, root, work string) (string,
 func (l *lab) startRelease(ctx context.Context) error {
 	for _, c := range releaseCases {
 		var extra []string
-		if c.sqlite {
+		switch {
+		case c.sqlite:
 			extra = []string{"GATEWAY_STORE_URL=sqlite:" + filepath.Join(l.work, "embedded.db"), "GATEWAY_REDIS_URL="}
+		case c.bare:
+			extra = []string{"GATEWAY_REDIS_URL=", "GATEWAY_LOCAL_CACHE_BYTES=1"}
 		}
 		prefix := ""
-		if c.miss {
+		if c.miss && !c.bare {
 			prefix = l.prefix + "miss:"
 		}
 		s, err := l.startGateway(ctx, c.name, false, prefix, extra...)
@@ -309,9 +319,11 @@ func releaseReport(w *strings.Builder, opts options, arms []*buildArm, res map[s
 	if invalid {
 		w.WriteString("\n**Some requests failed or were not answered 2xx: the figures above do not measure the hot hit.**\n")
 	}
-	for i, a := range arms {
-		if r := median(res["miss"][i]); r.requests > 0 && float64(r.tiers.loads) < 0.95*float64(r.requests) {
-			fmt.Fprintf(w, "\n**miss, %s: only %d of %d requests were store reads: raise -listings.**\n", a.label, r.tiers.loads, r.requests)
+	for _, c := range releaseCases {
+		for i, a := range arms {
+			if r := median(res[c.name][i]); c.miss && r.requests > 0 && float64(r.tiers.loads) < 0.95*float64(r.requests) {
+				fmt.Fprintf(w, "\n**%s, %s: only %d of %d requests were store reads: raise -listings.**\n", c.name, a.label, r.tiers.loads, r.requests)
+			}
 		}
 	}
 
@@ -321,7 +333,12 @@ func releaseReport(w *strings.Builder, opts options, arms []*buildArm, res map[s
 	}
 	for _, c := range releaseCases {
 		o, n := res[c.name][0], res[c.name][1]
-		if c.miss {
+		switch {
+		case c.bare:
+			row(w, fmt.Sprintf("%s: %s / %s, CPU per miss", c.name, cur, old), cpu(n), cpu(o), 0)
+			rowAtMost(w, fmt.Sprintf("floor: %s's %s / %s's miss, CPU per miss", cur, c.name, old), cpu(n), cpu(res["miss"][0]), releaseMissTarget)
+			continue
+		case c.miss:
 			row(w, fmt.Sprintf("%s: %s / %s, requests/s", c.name, cur, old), rps(n), rps(o), 0)
 			rowAtMost(w, fmt.Sprintf("%s: %s / %s, CPU per miss", c.name, cur, old), cpu(n), cpu(o), releaseMissTarget)
 			continue
