@@ -8,8 +8,6 @@ import (
 
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
-	"github.com/realty-gateway/gateway/upstream/postgres"
-	"github.com/realty-gateway/gateway/upstream/storetest"
 )
 
 // TestFeedSessionOutlivesATimedOutStatement: a statement of the consumer's
@@ -20,14 +18,7 @@ import (
 func TestFeedSessionOutlivesATimedOutStatement(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.PostgresURL(t)
-	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 4})
-	s = storetest.Opened(t, s, err)
-	var feed upstream.Feed = s
-	sess, err := feed.Acquire(ctx, "the consumer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sess.Close(context.Background()) })
+	feed, sess := consumer(t, url)
 
 	locker := connect(t, url)
 	tx, err := locker.Begin(ctx)

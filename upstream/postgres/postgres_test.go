@@ -60,6 +60,20 @@ func connect(t *testing.T, url string) *pgx.Conn {
 	return conn
 }
 
+// consumer opens a store on the database at url and holds its change
+// feed until the test ends.
+func consumer(t *testing.T, url string) (upstream.Feed, upstream.FeedSession) {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), url, postgres.Options{MaxConns: 4})
+	var feed upstream.Feed = storetest.Opened(t, s, err)
+	sess, err := feed.Acquire(context.Background(), "the consumer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close(context.Background()) })
+	return feed, sess
+}
+
 func TestNumberConstraint(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	s, err := postgres.Open(context.Background(), url, postgres.Options{MaxConns: 2})

@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/realty-gateway/gateway/internal/testenv"
-	"github.com/realty-gateway/gateway/upstream"
-	"github.com/realty-gateway/gateway/upstream/postgres"
-	"github.com/realty-gateway/gateway/upstream/storetest"
 )
 
 // TestAdoptReplaysInShortStatements: a new Redis's replay of a window of
@@ -21,8 +18,7 @@ import (
 func TestAdoptReplaysInShortStatements(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.PostgresURL(t)
-	s, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 4})
-	s = storetest.Opened(t, s, err)
+	_, sess := consumer(t, url)
 	conn := connect(t, url)
 	const changes = 4500
 	execAll(t, url,
@@ -36,12 +32,6 @@ func TestAdoptReplaysInShortStatements(t *testing.T) {
 		 REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION count_update()`,
 	)
 
-	var feed upstream.Feed = s
-	sess, err := feed.Acquire(ctx, "the consumer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sess.Close(context.Background()) })
 	if n, err := sess.Adopt(ctx, "redis-2", time.Hour); err != nil || n != changes {
 		t.Fatalf("Adopt = %d, %v; want all %d changes replayed", n, err, changes)
 	}

@@ -319,6 +319,10 @@ func (s *Session) mark(ctx context.Context, what, set string, seqs []int64) erro
 // was never adopted.
 const replayBatch = 2000
 
+// markForReplay marks the changes its WHERE names not applied, for the
+// new Redis; replayed: the CDN needs no second purge.
+const markForReplay = `UPDATE listing_changes SET applied_at = NULL, done_at = NULL, replayed = TRUE WHERE `
+
 func (s *Session) Adopt(ctx context.Context, redisIdentity string, replay time.Duration) (int64, error) {
 	var (
 		current string
@@ -367,8 +371,8 @@ func (s *Session) markReplayed(ctx context.Context, after, since int64) (upper, 
 		if err != nil || n == 0 {
 			return err
 		}
-		return tx.Exec(ctx, `UPDATE listing_changes SET applied_at = NULL, done_at = NULL, replayed = TRUE
-			WHERE seq > $1 AND seq <= $2 AND applied_at IS NOT NULL AND changed_at >= $3`, after, upper, since)
+		return tx.Exec(ctx, markForReplay+`seq > $1 AND seq <= $2 AND applied_at IS NOT NULL AND changed_at >= $3`,
+			after, upper, since)
 	})
 	return upper, n, err
 }
@@ -383,7 +387,7 @@ func (s *Session) switchRedis(ctx context.Context, redisIdentity string, since i
 			return err
 		}
 		if n > 0 {
-			if err := tx.Exec(ctx, `UPDATE listing_changes SET applied_at = NULL, done_at = NULL, replayed = TRUE WHERE `+window, since); err != nil {
+			if err := tx.Exec(ctx, markForReplay+window, since); err != nil {
 				return err
 			}
 		}
