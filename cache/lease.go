@@ -47,6 +47,15 @@ type hold struct {
 	seq         uint64
 }
 
+// leaseState is what a look at an empty key did with its lease.
+type leaseState uint8
+
+const (
+	noLease            leaseState = iota // none asked for, or the look failed: load without one
+	leaseTaken                           // this look took it: load, and the fill ends it
+	leaseHeldElsewhere                   // another gateway holds it: wait for its fill
+)
+
 // none reports whether h takes no lease.
 func (h hold) none() bool { return h.seq == 0 }
 
@@ -208,9 +217,9 @@ func (c *Cache) awaitFill(ctx context.Context, k Key, name string, h hold) (reco
 	defer cancel()
 	for announced := false; ; {
 		filled, stop := c.inv.watchFill(name)
-		r, v, held := c.readShared(ctx, k, name, h)
+		r, v, l := c.readShared(ctx, k, name, h)
 		switch {
-		case held:
+		case l == leaseTaken:
 			stop()
 			return r, missing, h // the holder's lease expired: this one loads
 		case v == admitted || v == absent:
@@ -220,9 +229,10 @@ func (c *Cache) awaitFill(ctx context.Context, k Key, name string, h hold) (reco
 				v = coalesced
 			}
 			return r, v, hold{}
-		case v != missing, announced:
-			// Not servable, or released without a fill (the holder's
-			// store failed): load as before, not one gateway after another.
+		case l != leaseHeldElsewhere, announced:
+			// Not servable, a look that failed, or released without a
+			// fill (the holder's store failed): load as before, not one
+			// gateway after another.
 			stop()
 			return r, v, hold{}
 		}

@@ -150,8 +150,8 @@ func TestOnlyAWaitedForFillIsAnnounced(t *testing.T) {
 		t.Fatal(held, err)
 	}
 	h := hold{name: waited, owner: "other", seq: 1}
-	if _, took, err := redisOf(c).get(ctx, waited, hold{name: waited, owner: "mine", seq: 1}); err != nil || took {
-		t.Fatalf("look at a leased key: took %v, %v; want the lease left to its holder", took, err)
+	if _, l, err := redisOf(c).get(ctx, waited, hold{name: waited, owner: "mine", seq: 1}); err != nil || l != leaseHeldElsewhere {
+		t.Fatalf("look at a leased key: lease %v, %v; want the lease left to its holder", l, err)
 	}
 	c.remember(ctx, c.recordOfEncoded(mustEncode(t, src.listings[6])), time.Minute, h, waited)
 	msg, err := nextFilled(sub)
@@ -287,6 +287,51 @@ func TestAWriteEndsTheLease(t *testing.T) {
 		msg, err := nextFilled(sub)
 		if err != nil || msg.Payload != name {
 			t.Fatalf("%s: announced %v, %v; want %q", tt.name, msg, err, name)
+		}
+	}
+}
+
+// TestAFrozenRedisIsNoLeaseHeldElsewhere: with Redis stopped (SIGSTOP, as
+// a stalled fork or a blackholed network leaves it), a look that fails is
+// not another gateway's lease: a cold read goes to the store after the
+// Redis timeout, not after the load timeout spent waiting for a fill.
+func TestAFrozenRedisIsNoLeaseHeldElsewhere(t *testing.T) {
+	const (
+		timeout = 100 * time.Millisecond // the gateway's default Redis timeout
+		bound   = 10 * timeout           // ten times it: a busy machine's slack
+	)
+	node := testenv.StartRedis(t, "frozen")
+	// As the gateway sets its client up (internal/platform.OpenRedis).
+	rdb := redis.NewClient(&redis.Options{Addr: node.Addr, MaxRetries: 1, ContextTimeoutEnabled: true,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var ls []upstream.Listing
+	for id := range int64(21) {
+		ls = append(ls, listing(id+1, 1, id+1, true))
+	}
+	src := newSource(ls...)
+	deps := testDeps(src, "frozen:")
+	deps.LoadTimeout = 2*time.Second + 3*timeout // the gateway's default: the store's timeout and three Redis operations
+	c := running(t, must(t)(NewRedis(rdb, timeout, testConfig(), deps)))
+	if _, err := c.Get(context.Background(), ByID(21)); err != nil { // the connections are up
+		t.Fatal(err)
+	}
+	if !c.shareFlights() {
+		t.Fatal("the cache takes no leases: the test would prove nothing")
+	}
+	node.Pause()
+	t.Cleanup(node.Resume)
+	for i := range int64(10) {
+		for _, k := range []Key{ByID(i + 1), ByNumber(1, i+11)} {
+			start := time.Now()
+			e, err := c.Get(context.Background(), k)
+			took := time.Since(start)
+			if err != nil || e.State != Miss {
+				t.Fatalf("read %d of %+v: %+v, %v; want a miss from the store", i+1, k, e, err)
+			}
+			if took > bound {
+				t.Errorf("read %d of %+v took %v with Redis frozen; want at most %v", i+1, k, took, bound)
+			}
 		}
 	}
 }

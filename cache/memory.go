@@ -70,12 +70,12 @@ func (m *memory) keep(Key, record, uint64, time.Time)                 {}
 func (m *memory) invalidate([]Invalidation, time.Time, time.Duration) {}
 
 // get takes no lease: there is no fleet to share a load with.
-func (m *memory) get(_ context.Context, name string, _ hold) ([]byte, bool, error) {
+func (m *memory) get(_ context.Context, name string, _ hold) ([]byte, leaseState, error) {
 	v, ok := m.cache.GetIfPresent(name)
 	if !ok || !m.now().Before(v.expires) {
-		return nil, false, nil
+		return nil, noLease, nil
 	}
-	return v.b, false, nil
+	return v.b, noLease, nil
 }
 
 func (m *memory) release(hold) {}

@@ -26,10 +26,10 @@ func observed(t sharedTier, counts *counters, log *slog.Logger) *observedTier {
 	return &observedTier{sharedTier: t, counts: counts, log: log}
 }
 
-func (o *observedTier) get(ctx context.Context, name string, h hold) ([]byte, bool, error) {
-	b, held, err := o.sharedTier.get(ctx, name, h)
+func (o *observedTier) get(ctx context.Context, name string, h hold) ([]byte, leaseState, error) {
+	b, l, err := o.sharedTier.get(ctx, name, h)
 	o.observe(err)
-	return b, held, err
+	return b, l, err
 }
 
 func (o *observedTier) fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error {
@@ -77,15 +77,15 @@ type traced struct {
 	tracer trace.Tracer
 }
 
-func (t traced) get(ctx context.Context, name string, h hold) ([]byte, bool, error) {
+func (t traced) get(ctx context.Context, name string, h hold) ([]byte, leaseState, error) {
 	ctx, span := t.tracer.Start(ctx, "cache get")
 	defer span.End()
-	b, held, err := t.sharedTier.get(ctx, name, h)
+	b, l, err := t.sharedTier.get(ctx, name, h)
 	span.SetAttributes(attribute.Bool("cache.found", b != nil))
 	if err != nil {
 		span.SetStatus(codes.Error, "tier read failed")
 	}
-	return b, held, err
+	return b, l, err
 }
 
 func (t traced) fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error {

@@ -146,29 +146,29 @@ func (c *Cache) since() since { return since{gen: c.local.generation(), at: c.no
 // the gateway that holds it (lease.go).
 func (c *Cache) lookShared(ctx context.Context, k Key, name string) (record, verdict, hold) {
 	h := c.newHold(name)
-	r, v, held := c.readShared(ctx, k, name, h)
-	switch {
-	case held:
+	r, v, l := c.readShared(ctx, k, name, h)
+	switch l {
+	case leaseTaken:
 		return r, v, h
-	case v != missing || h.none():
-		return r, v, hold{}
+	case leaseHeldElsewhere:
+		return c.awaitFill(ctx, k, name, h)
 	}
-	return c.awaitFill(ctx, k, name, h)
+	return r, v, hold{} // a look that failed is no lease held elsewhere: load now
 }
 
 // readShared reads k from the shared tier and admits what it holds; where
-// the key is empty it takes the lease h, if any, and says so. Errors and
-// unreadable values are misses; a dirty key is removed first.
-func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) (record, verdict, bool) {
-	b, held, err := c.shared.get(ctx, name, h)
+// the key is empty it takes the lease h, if any, or finds it taken.
+// Errors and unreadable values are misses; a dirty key is removed first.
+func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) (record, verdict, leaseState) {
+	b, l, err := c.shared.get(ctx, name, h)
 	if err != nil || b == nil {
-		return record{}, missing, held
+		return record{}, missing, l
 	}
 	r, err := decodeRecord(b)
 	if err != nil {
 		c.counts.corrupt.Add(1)
 		c.log.WarnContext(ctx, "cache value unreadable, treated as miss", "key", name, "err", err)
-		return record{}, missing, false
+		return record{}, missing, noLease
 	}
 	v := c.admit(k, &r, c.now().UnixMilli(), fromShared)
 	switch v {
@@ -178,7 +178,7 @@ func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) (rec
 	case dirty:
 		c.repair(ctx, name)
 	}
-	return r, v, false
+	return r, v, noLease
 }
 
 // loadStore reads k from the store and fills both keys, ending the lease

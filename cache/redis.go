@@ -108,13 +108,13 @@ func pipeOf(rdb redis.UniversalClient) *redis.AutoPipeliner {
 // get reads name. Where h may take the key's lease, a look that finds the
 // key empty takes it, in the look's own round trip while this process's
 // looks mostly find keys empty, else in a second one (coldLooks).
-func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, bool, error) {
+func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, leaseState, error) {
 	if !h.none() && t.looks.mostlyEmpty() {
-		b, held, err := t.getOrLease(ctx, name, h)
+		b, l, err := t.getOrLease(ctx, name, h)
 		if err == nil {
 			t.looks.saw(b == nil)
 		}
-		return b, held, err
+		return b, l, err
 	}
 	b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
 		b, err := t.read(ctx, name)
@@ -124,19 +124,19 @@ func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, bool,
 		return b, err
 	})
 	if err != nil || h.none() {
-		return b, false, err
+		return b, noLease, err
 	}
 	t.looks.saw(b == nil)
 	if b != nil {
-		return b, false, nil
+		return b, noLease, nil
 	}
 	return t.getOrLease(ctx, name, h)
 }
 
 // getOrLease runs the script getOrLease on name and h's lease: name's
-// value, or whether this look took the lease.
-func (t *redisTier) getOrLease(ctx context.Context, name string, h hold) ([]byte, bool, error) {
-	var held bool
+// value, or what became of the lease on the empty key.
+func (t *redisTier) getOrLease(ctx context.Context, name string, h hold) ([]byte, leaseState, error) {
+	l := noLease
 	b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
 		v, err := t.evalOne(ctx, getOrLease, []string{name, h.lease()}, h.token(), t.leaseTTL.Milliseconds())
 		if err != nil {
@@ -148,12 +148,18 @@ func (t *redisTier) getOrLease(ctx context.Context, name string, h hold) ([]byte
 			// bytes are never written to.
 			return unsafe.Slice(unsafe.StringData(v), len(v)), nil
 		case int64:
-			held = v == 1
+			l = leaseHeldElsewhere
+			if v == 1 {
+				l = leaseTaken
+			}
 			return nil, nil
 		}
 		return nil, fmt.Errorf("getOrLease answered %T", v)
 	})
-	return b, held, err
+	if err != nil {
+		return nil, noLease, err
+	}
+	return b, l, nil
 }
 
 // evalOne runs script on keys through the auto-pipeline by its digest, or

@@ -14,8 +14,9 @@ import (
 // so that an older version never replaces a newer one.
 type sharedTier interface {
 	// get returns the value under name; nil where there is none, and then
-	// whether it took the lease h on the empty key (lease.go).
-	get(ctx context.Context, name string, h hold) (b []byte, held bool, err error)
+	// what became of the lease h on the empty key (lease.go). A look that
+	// fails takes no lease and waits for none.
+	get(ctx context.Context, name string, h hold) (b []byte, l leaseState, err error)
 	// fill writes r under each name, in one round trip where it can, and
 	// returns one error per name; the fill of h's key ends the lease h.
 	fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error

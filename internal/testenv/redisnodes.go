@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,6 +130,20 @@ func (n *RedisNode) Kill() {
 	if n.cmd != nil {
 		_ = n.cmd.Process.Kill()
 		<-n.exited
+	}
+}
+
+// Pause stops the server (SIGSTOP): it keeps its connections and answers
+// nothing, as a stalled fork or a blackholed network does. Resume ends it.
+func (n *RedisNode) Pause() { n.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused server run again (SIGCONT).
+func (n *RedisNode) Resume() { n.signal(syscall.SIGCONT) }
+
+func (n *RedisNode) signal(sig syscall.Signal) {
+	n.t.Helper()
+	if err := n.cmd.Process.Signal(sig); err != nil {
+		n.t.Fatalf("%s: %v", n.name, err)
 	}
 }
 
