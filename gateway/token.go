@@ -193,7 +193,7 @@ func (c *checkedClaims) issuedMs() int64 {
 // Reasons for refusing a token, as AuthFailure counts them.
 const (
 	authMissing   = "missing"   // no Authorization header
-	authMalformed = "malformed" // not exactly "Bearer <token68>"
+	authMalformed = "malformed" // not "Bearer" 1*SP token68
 	authInvalid   = "invalid"   // signature, key, or a claim other than exp
 	authExpired   = "expired"
 	authRevoked   = "revoked"
@@ -405,15 +405,18 @@ func requestTime(c *fiber.Ctx) time.Time {
 	return time.Now() // a handler driven without a server, as in benchmarks
 }
 
-// wellFormedBearer accepts exactly "Bearer <token68>" (RFC 6750 §2.1),
-// the scheme in any case (RFC 9110 §11.1: "bearer" and "BEARER" name it
-// too): one space, no trailing blanks, only token68 characters.
+// wellFormedBearer accepts "Bearer" 1*SP token68 (RFC 6750 §2.1), the
+// scheme in any case (RFC 9110 §11.1: "bearer" and "BEARER" name it too):
+// one or more spaces, no trailing blanks, only token68 characters.
 func wellFormedBearer(h []byte) bool {
 	const scheme = "Bearer "
 	if len(h) <= len(scheme) || !bytes.EqualFold(h[:len(scheme)], []byte(scheme)) {
 		return false
 	}
-	tok := h[len(scheme):]
+	tok := bytes.TrimLeft(h[len(scheme):], " ")
+	if len(tok) == 0 {
+		return false
+	}
 	for _, b := range tok {
 		if !token68[b] {
 			return false

@@ -52,7 +52,10 @@ func TestTokenConformance(t *testing.T) {
 		{name: "firmId as string", give: "Bearer " + sign(t, jwt.SigningMethodHS256, "k1", with(goodClaims(now), "firmId", "1"), testSecret), want: 401},
 		{name: "Basic auth", give: "Basic dXNlcjpwYXNz", want: 401, noToken: true},
 		{name: "Bearer with nothing", give: "Bearer ", want: 401},
-		{name: "Bearer double space", give: "Bearer  " + good, want: 401},
+		// RFC 6750 §2.1: "Bearer" 1*SP b64token.
+		{name: "Bearer double space", give: "Bearer  " + good, want: 200},
+		{name: "Bearer three spaces", give: "Bearer   " + good, want: 200},
+		{name: "Bearer and spaces alone", give: "Bearer   ", want: 401},
 		// Trailing blanks are not part of a field value (RFC 9110 §5.5).
 		{name: "lower-case scheme with trailing space", give: "bearer " + good + " ", want: 200},
 		// RFC 9110 §11.1: the scheme is case-insensitive.
@@ -60,7 +63,7 @@ func TestTokenConformance(t *testing.T) {
 		{name: "upper-case scheme", give: "BEARER " + good, want: 200},
 		{name: "mixed-case scheme", give: "bEaReR " + good, want: 200},
 		{name: "lower-case scheme, tab", give: "bearer\t" + good, want: 401, noToken: true},
-		{name: "lower-case scheme, double space", give: "bearer  " + good, want: 401},
+		{name: "lower-case scheme, double space", give: "bearer  " + good, want: 200},
 		{name: "dots", give: "Bearer " + strings.Repeat(".", 4000), want: 401},
 		{name: "Bearer alone", give: "Bearer", want: 401},
 	}
