@@ -26,7 +26,7 @@ func TestHotHitAllocatesNothing(t *testing.T) {
 			f := newFixture(t) // access log all
 			f.srv.log = slog.New(logctx.NewHandler(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})))
 			f.srv.obs = metrics.New()
-			handler := f.app.Handler()
+			handler := servedHandler(f.app)
 			auth := bearer(t, 1, 1)
 			var ctx fasthttp.RequestCtx
 			serve := func() {

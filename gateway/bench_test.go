@@ -28,7 +28,7 @@ import (
 // fixed cost of Fiber.
 func BenchmarkView(b *testing.B) {
 	f := newFixtureWith(b, func(c *Config) { c.AccessLog = "off" }, NoPurge{})
-	handler := f.app.Handler()
+	handler := servedHandler(f.app)
 	auth := bearer(b, 1, 1)
 
 	run := func(b *testing.B, path, authorization string, want int, forget bool) {
@@ -167,7 +167,7 @@ func newServedRedis(tb testing.TB) (serve func(*fasthttp.RequestCtx), listings *
 	testenv.WaitFor(tb, func() bool { return listings.Stats().LocalTierOn })
 	f.srv.log = slog.New(logctx.NewHandler(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	f.srv.obs = metrics.New()
-	handler := f.app.Handler()
+	handler := servedHandler(f.app)
 	auth := bearer(tb, 1, 1)
 	serve = func(ctx *fasthttp.RequestCtx) {
 		resetGet(ctx, "/realty/1", auth, "")

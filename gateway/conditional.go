@@ -136,14 +136,14 @@ func readPrecondition(h *fasthttp.RequestHeader, e cache.Entry, tag []byte) (not
 	if dated {
 		guard.IfUnmodifiedSince = p.IfUnmodifiedSince
 	}
-	if !guard.Holds(e.ETag, lastModified) {
+	if !guard.Holds(e.ETag, e.LastModified) {
 		return false, upstream.ErrPreconditionFailed
 	}
 	if lines := h.PeekAll(fiber.HeaderIfNoneMatch); len(lines) > 0 {
 		return noneMatch(lines, tag), nil
 	}
 	if since, ok := httpDate(h.PeekAll(fiber.HeaderIfModifiedSince)); ok && dated {
-		return floorDiv(lastModified, 1000) <= since, nil
+		return lastModified <= since, nil
 	}
 	return false, nil
 }
@@ -227,25 +227,20 @@ func entityTag(b []byte) (tag, rest []byte, err error) {
 	return nil, nil, errMalformedTag
 }
 
-// lastModifiedOf is e's Last-Modified as the store recorded it, in unix
-// milliseconds; false where it has none (a record of an earlier release).
+// lastModifiedOf is the second of e's Last-Modified: the time the store
+// recorded its version; false where it has none (a record of an earlier
+// release). It is the date sent and the date compared.
 //
-// Dates have whole seconds and revisions do not, so a date validates only
-// because the store gives each revision of a listing a time in a later
-// second than the one before (sqlstore.nextModified): a client that holds
-// an older revision holds an older second, and its If-Modified-Since is
-// before this one's, so it gets the 200. The comparisons use that time,
-// not the Last-Modified sent, which is never later than the answer
-// (lastModifiedHeader).
-func lastModifiedOf(e cache.Entry) (int64, bool) { return e.LastModified, e.LastModified > 0 }
-
-// appendLastModified appends the Last-Modified of a listing answer: the
-// time its version was recorded, but no later than now, the answer's own
-// time (RFC 9110 §8.8.2.1; within a burst of writes the recorded time runs
-// ahead of the clock). A client that is sent the earlier time only
-// revalidates sooner.
-func appendLastModified(b []byte, modifiedMs int64, now time.Time) []byte {
-	return appendHTTPDate(b, min(floorDiv(modifiedMs, 1000), now.Unix()))
+// Dates have whole seconds and revisions do not, so the store gives each
+// revision of a listing a later second than the one before
+// (sqlstore.nextModified): a client that holds an older revision holds an
+// older date. A revision's second may run ahead of the clock (the third
+// write within a second); its answers carry no Last-Modified until the
+// clock reaches it (RFC 9110 §8.8.2.1 forbids a date after the answer's
+// own, and a replaced date would name another revision's second), and
+// the ETag validates it meanwhile.
+func lastModifiedOf(e cache.Entry) (int64, bool) {
+	return floorDiv(e.LastModified, 1000), e.LastModified > 0
 }
 
 // appendHTTPDate appends unix second sec as an IMF-fixdate (RFC 9110

@@ -52,7 +52,7 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 		}
 		s.finish(c, span, err)
 	}()
-	return c.Next()
+	return methodError(c, c.Next())
 }
 
 // finish ends the request's context and span, and counts and logs its

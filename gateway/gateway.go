@@ -210,6 +210,7 @@ type Server struct {
 	hashing      *semaphore.Weighted
 	requestCount atomic.Uint64
 	panics       atomic.Uint64
+	dates        servedDates
 }
 
 // New validates cfg and deps and builds a Server on them. It hashes one
@@ -298,9 +299,10 @@ func (s *Server) observer() Observer {
 // App returns the Fiber app with every route.
 func (s *Server) App() *fiber.App {
 	app := s.newApp(false)
+	app.Server().Handler = s.entry(app.Server().Handler)
 	// Expect: 100-continue is answered by the same routes run up to the
 	// body (expect.go).
-	app.Server().ExpectHandler = s.expectContinue(s.newApp(true).Handler())
+	app.Server().ExpectHandler = s.expectContinue(s.entry(s.newApp(true).Handler()))
 	return app
 }
 

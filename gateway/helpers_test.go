@@ -16,6 +16,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/valyala/fasthttp"
 
 	"github.com/realty-gateway/gateway/breaker"
 	"github.com/realty-gateway/gateway/cache"
@@ -405,4 +406,12 @@ func stableHeaderLines(resp *http.Response) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// servedHandler is what the server runs for each request of app: the
+// entry stage (the Date, unknown methods), then Fiber's routes, built
+// first as a listener builds them.
+func servedHandler(app *fiber.App) fasthttp.RequestHandler {
+	app.Handler() // builds the routes
+	return app.Server().Handler
 }

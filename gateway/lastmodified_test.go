@@ -138,10 +138,10 @@ func BenchmarkHotHitExtras(b *testing.B) {
 		}
 	})
 	now := time.Now()
-	b.Run("appendLastModified", func(b *testing.B) {
+	b.Run("appendHTTPDate", func(b *testing.B) {
 		var buf [32]byte
 		for b.Loop() {
-			appendLastModified(buf[:0], now.UnixMilli()-5000, now)
+			appendHTTPDate(buf[:0], now.Unix()-5)
 		}
 	})
 }

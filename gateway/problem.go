@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -115,6 +116,8 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	switch {
 	case errors.Is(err, errPanicked):
 		// frame logged it, with its stack.
+	case status == fiber.StatusNotImplemented:
+		// A method the client made up: no fault of the gateway's.
 	case status == fiber.StatusServiceUnavailable:
 		// An outage: its breaker transitions are logged once, not each 503.
 		s.log.Debug("request failed", "requestId", requestID(c), "method", c.Method(), "path", c.Path(), "status", status, "err", err)
@@ -147,6 +150,11 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	c.Response().Header.Del(fiber.HeaderETag)
 	if err := c.Status(status).JSON(body); err != nil {
 		return err
+	}
+	if body.Title != fasthttp.StatusMessage(status) {
+		// The status line says what the title does (fasthttp's phrases
+		// are RFC 7231's for the four of statusTitle).
+		c.Response().Header.SetStatusMessage([]byte(body.Title))
 	}
 	c.Set(fiber.HeaderContentType, "application/problem+json")
 	if s.logsAccess(status) {

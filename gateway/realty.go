@@ -119,12 +119,13 @@ var errNotAcceptable = &problem{status: fiber.StatusNotAcceptable,
 func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry, etag []byte, now time.Time) {
 	h := &c.Response().Header
 	h.SetCanonical([]byte("Etag"), etag)
-	switch {
+	switch sec, ok := lastModifiedOf(e); {
+	case !ok || sec > s.dates.second(now): // none, or ahead of the answer's Date
 	case e.LastModifiedDate != nil: // made once per version kept in process
 		h.SetCanonical([]byte(fiber.HeaderLastModified), e.LastModifiedDate)
-	case e.LastModified > 0:
+	default:
 		var date [32]byte
-		h.SetCanonical([]byte(fiber.HeaderLastModified), appendLastModified(date[:0], e.LastModified, now))
+		h.SetCanonical([]byte(fiber.HeaderLastModified), appendHTTPDate(date[:0], sec))
 	}
 	h.SetCanonical([]byte(fiber.HeaderVary), s.vary(e))
 	stale := e.State == cache.Stale

@@ -55,3 +55,28 @@ func TestProblemTitlesAreRFC9110Phrases(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusLinesSayTheTitle: the status line's reason phrase is the
+// problem's title, RFC 9110's, where fasthttp's table still has RFC 7231's.
+func TestStatusLinesSayTheTitle(t *testing.T) {
+	f := newFixtureWith(t, func(c *Config) { c.BodyLimit = 64 }, NoPurge{})
+	auth := bearer(t, 1, 1)
+	c := dialGateway(t, serveThroughListener(t, f))
+	c.SetDeadline(time.Now().Add(testenv.Patience())) // against a hang only
+	head := "POST /realty HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\nContent-Length: 100\r\n" +
+		"Authorization: " + auth + "\r\n\r\n"
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != "413 Content Too Large" {
+		t.Errorf("status line %q; want 413 Content Too Large", resp.Status)
+	}
+	resp, _ = f.send(t, http.MethodPost, "/realty", auth, `{"title":"t"}`)
+	if resp.Status != "422 Unprocessable Content" {
+		t.Errorf("status line %q; want 422 Unprocessable Content", resp.Status)
+	}
+}

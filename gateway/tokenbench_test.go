@@ -21,7 +21,7 @@ func BenchmarkViewTokenAlgorithms(b *testing.B) {
 			o.tokenAlg = alg
 		}
 		f := newFixtureOf(b, o)
-		handler := f.app.Handler()
+		handler := servedHandler(f.app)
 		issue := func() string {
 			tok, err := f.srv.issueToken(1, 1, time.Now())
 			if err != nil {
@@ -67,7 +67,7 @@ func BenchmarkViewTokenAlgorithms(b *testing.B) {
 // holds when full: verifiedTokens distinct EdDSA tokens.
 func BenchmarkVerifiedTokenMemory(b *testing.B) {
 	f := newFixtureOf(b, fixtureOptions{tokenAlg: "EdDSA", change: func(c *Config) { c.AccessLog = "off" }})
-	handler := f.app.Handler()
+	handler := servedHandler(f.app)
 	tokens := make([]string, verifiedTokens+verifiedTokens/10)
 	for i := range tokens {
 		tok, err := f.srv.issueToken(1, 1, time.Now())

@@ -42,7 +42,7 @@ func TestFeed(t *testing.T) {
 
 // schemaVersion is the user_version of a file this build has opened: the
 // number of steps in migrations/.
-const schemaVersion = 11
+const schemaVersion = 12
 
 // openRaw opens the file at path beside any store open on it, as an older
 // release or an operator would, and closes it when the test ends.

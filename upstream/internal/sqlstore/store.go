@@ -344,17 +344,21 @@ func storeBodyQuery(now string) string {
 }
 
 // nextModified is the SQL of a new revision's modified_at, its
-// Last-Modified: now (the database's clock, so that every gateway and
-// writer reads one clock), but at least the second after the row's
-// previous one. Dates in HTTP have whole seconds; so no two revisions of
-// a listing share one, and a client that holds an older revision never
-// sends an If-Modified-Since that the current one is not modified since.
-// Within a burst of writes the time runs ahead of the clock by up to a
-// second a write; the gateway sends no Last-Modified later than the
-// answer's own time (RFC 9110 §8.8.2.1).
+// Last-Modified: a second behind now (the database's clock, so that every
+// gateway and writer reads one clock), but at least the second after the
+// row's previous one. Dates in HTTP have whole seconds; so no two
+// revisions of a listing share one, and a client that holds an older
+// revision never sends an If-Modified-Since that the current one is not
+// modified since. A second behind, the first two revisions within any
+// second both have dates already past, which the gateway sends as they
+// are; a third runs ahead of the clock, and the gateway sends no
+// Last-Modified for it until the clock reaches it (RFC 9110 §8.8.2.1).
+// An insert's default is the same second behind (PostgreSQL step 13,
+// SQLite step 12).
 func nextModified(now string) string {
+	behind := `(` + now + ` - 1000)`
 	next := `((modified_at / 1000 + 1) * 1000)`
-	return `(CASE WHEN ` + now + ` > ` + next + ` THEN ` + now + ` ELSE ` + next + ` END)`
+	return `(CASE WHEN ` + behind + ` > ` + next + ` THEN ` + behind + ` ELSE ` + next + ` END)`
 }
 
 // encodeStored returns the body that a read of l, stored with doc as its
