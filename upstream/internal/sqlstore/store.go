@@ -344,19 +344,19 @@ func storeBodyQuery(now string) string {
 }
 
 // nextModified is the SQL of a new revision's modified_at, its
-// Last-Modified: a second behind now (the database's clock, so that every
-// gateway and writer reads one clock), but at least the second after the
-// row's previous one. Dates in HTTP have whole seconds; so no two
-// revisions of a listing share one, and a client that holds an older
+// Last-Modified: two seconds behind now (the database's clock, so that
+// every gateway and writer reads one clock), but at least the second
+// after the row's previous one. Dates in HTTP have whole seconds; so no
+// two revisions of a listing share one, and a client that holds an older
 // revision never sends an If-Modified-Since that the current one is not
-// modified since. A second behind, the first two revisions within any
-// second both have dates already past, which the gateway sends as they
-// are; a third runs ahead of the clock, and the gateway sends no
-// Last-Modified for it until the clock reaches it (RFC 9110 §8.8.2.1).
-// An insert's default is the same second behind (PostgreSQL step 13,
-// SQLite step 12).
+// modified since. Two seconds behind, the first two revisions within any
+// second have dates that an answer's Date, which lags the clock by up to
+// a second, has passed: the gateway sends them at once. A later one runs
+// ahead, and the gateway sends no Last-Modified for it until the Date
+// reaches it (RFC 9110 §8.8.2.1). An insert's default is as far behind
+// (PostgreSQL step 13, SQLite step 12).
 func nextModified(now string) string {
-	behind := `(` + now + ` - 1000)`
+	behind := `(` + now + ` - 2000)`
 	next := `((modified_at / 1000 + 1) * 1000)`
 	return `(CASE WHEN ` + behind + ` > ` + next + ` THEN ` + behind + ` ELSE ` + next + ` END)`
 }
