@@ -18,10 +18,27 @@ import "bytes"
 // ok is false when no coding the gateway sends is acceptable: the answer
 // is then 406. It allocates nothing.
 func Negotiate(lines [][]byte) (c Coding, ok bool) {
+	weight := weigh(lines)
+	best, bestWeight := Identity, weight[Identity]
+	for _, c := range preference() {
+		if weight[c] > 0 && weight[c] >= bestWeight && (best == Identity || weight[c] > bestWeight) {
+			best, bestWeight = c, weight[c]
+		}
+	}
+	return best, bestWeight > 0
+}
+
+// Acceptable reports whether the lines of an Accept-Encoding field accept
+// c, weighed as Negotiate weighs them: a response falls back on Identity,
+// where a coding would not make its body smaller, only if so.
+func Acceptable(lines [][]byte, c Coding) bool { return weigh(lines)[c] > 0 }
+
+// weigh returns each coding's weight under the lines of an Accept-Encoding
+// field, as Negotiate describes; 0: not acceptable.
+func weigh(lines [][]byte) [Count]int {
 	var (
-		weight   [Count]int // -1: no element for the coding
-		star     = -1
-		anyField bool
+		weight [Count]int // -1: no element for the coding
+		star   = -1
 	)
 	for i := range weight {
 		weight[i] = -1
@@ -35,7 +52,6 @@ func Negotiate(lines [][]byte) (c Coding, ok bool) {
 			if len(name) == 0 {
 				continue
 			}
-			anyField = true
 			q, valid := qvalue(params)
 			if !valid {
 				continue
@@ -50,9 +66,6 @@ func Negotiate(lines [][]byte) (c Coding, ok bool) {
 			}
 		}
 	}
-	if !anyField {
-		return Identity, true
-	}
 	for i := range weight {
 		if weight[i] < 0 {
 			switch {
@@ -65,13 +78,7 @@ func Negotiate(lines [][]byte) (c Coding, ok bool) {
 			}
 		}
 	}
-	best, bestWeight := Identity, weight[Identity]
-	for _, c := range preference() {
-		if weight[c] > 0 && weight[c] >= bestWeight && (best == Identity || weight[c] > bestWeight) {
-			best, bestWeight = c, weight[c]
-		}
-	}
-	return best, bestWeight > 0
+	return weight
 }
 
 // preference orders the codings a request accepts equally. A version is

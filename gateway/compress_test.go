@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/coding"
 )
 
 // inflated decodes body of Content-Encoding ce.
@@ -165,5 +167,54 @@ func TestCompressedHitsCompressNothing(t *testing.T) {
 	}
 	if got := listings.Stats().Compressed; got != 3 {
 		t.Fatalf("80 reads in 3 codings compressed %d times; want 3", got)
+	}
+}
+
+// enlarging answers every compressed variant with a body longer than the
+// identity one, as a coding does on a small or incompressible body.
+type enlarging struct{ Listings }
+
+func (enlarging) Variant(e cache.Entry, cod coding.Coding) ([]byte, error) {
+	if cod == coding.Identity {
+		return e.Body, nil
+	}
+	return append(slices.Clone(e.Body), "padding"...), nil
+}
+
+// TestNoCodingEnlargesABody: a coding is sent only where it makes the
+// body smaller; else the identity body goes, with its own tag, unless the
+// client refuses identity. The public documents, of which the one-key JWKS
+// is smaller than any of its codings, and a listing whose codings would be
+// larger.
+func TestNoCodingEnlargesABody(t *testing.T) {
+	f := newFixtureOf(t, fixtureOptions{tokenAlg: "EdDSA"})
+	for _, path := range []string{jwksPath, "/openapi.yaml"} {
+		_, identity := f.withHeaders(t, http.MethodGet, path, "", "")
+		for _, ae := range []string{"gzip", "br", "zstd", "gzip, deflate, br, zstd"} {
+			resp, body := f.withHeaders(t, http.MethodGet, path, "", "", "Accept-Encoding", ae)
+			if ce := resp.Header.Get("Content-Encoding"); len(body) >= len(identity) && ce != "" {
+				t.Errorf("%s, Accept-Encoding %s: %s of %d bytes for a body of %d", path, ae, ce, len(body), len(identity))
+			}
+		}
+	}
+
+	f = newFixtureOf(t, fixtureOptions{listings: func(l Listings) Listings { return enlarging{l} }})
+	auth := bearer(t, 1, 1)
+	plain, identity := f.get(t, "/realty/1", auth)
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		resp, body := f.withHeaders(t, method, "/realty/1", auth, "", "Accept-Encoding", "gzip, br")
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" || resp.Header.Get("ETag") != plain.Header.Get("ETag") ||
+			method == http.MethodGet && body != identity || resp.Header.Get("Vary") != plain.Header.Get("Vary") {
+			t.Errorf("%s, codings that enlarge it: %d, Content-Encoding %q, ETag %q, Vary %q; want the identity body, tag and Vary",
+				method, resp.StatusCode, resp.Header.Get("Content-Encoding"), resp.Header.Get("ETag"), resp.Header.Get("Vary"))
+		}
+	}
+	resp, _ := f.withHeaders(t, http.MethodGet, "/realty/1", auth, "", "Accept-Encoding", "gzip", "If-None-Match", plain.Header.Get("ETag"))
+	if resp.StatusCode != http.StatusNotModified {
+		t.Errorf("If-None-Match of the identity tag, gzip accepted: %d; want 304", resp.StatusCode)
+	}
+	resp, body := f.withHeaders(t, http.MethodGet, "/realty/1", auth, "", "Accept-Encoding", "gzip, identity;q=0")
+	if resp.Header.Get("Content-Encoding") != "gzip" || len(body) <= len(identity) {
+		t.Errorf("identity refused: Content-Encoding %q, %d bytes; want the gzip variant", resp.Header.Get("Content-Encoding"), len(body))
 	}
 }

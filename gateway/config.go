@@ -44,7 +44,7 @@ type JWT struct {
 	JWKSMaxAge time.Duration   `yaml:"jwksMaxAge" env:"JWKS_MAX_AGE" help:"max-age of /.well-known/jwks.json; a new key is published at least this long before it signs"`
 	Secret     settings.Secret `yaml:"secret" env:"JWT_SECRET" help:"HS256 key of at least 32 bytes, kid \"default\"; verifies, and signs under HS256"`
 	Keys       settings.Secret `yaml:"keys" env:"JWT_KEYS" help:"HS256 rotation: kid:secret,kid:secret; the first signs under HS256, all verify; replaces the secret"`
-	Issuer     string          `yaml:"issuer" env:"JWT_ISSUER" help:"iss, issued and required; an https URL also serves /.well-known/openid-configuration"`
+	Issuer     string          `yaml:"issuer" env:"JWT_ISSUER" help:"iss, issued and required"`
 	Audience   string          `yaml:"audience" env:"JWT_AUDIENCE" help:"aud, issued and required"`
 	TokenTTL   time.Duration   `yaml:"tokenTTL" env:"TOKEN_TTL" help:"token lifetime"`
 	Leeway     time.Duration   `yaml:"leeway" env:"JWT_LEEWAY" help:"clock skew allowed on exp and nbf"`

@@ -120,7 +120,7 @@ func (s *Server) accessLog(c *fiber.Ctx, code int, took time.Duration) {
 // request that matched no route is "other".
 func routeOf(c *fiber.Ctx) string {
 	switch p := c.Route().Path; p {
-	case "/auth/login", "/realty", "/realty/:ref", "/openapi.yaml", jwksPath, openIDConfigurationPath:
+	case "/auth/login", "/realty", "/realty/:ref", "/openapi.yaml", jwksPath:
 		return p
 	default:
 		return "other"

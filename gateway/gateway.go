@@ -235,7 +235,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: request id prefix: %w", err)
 	}
-	docs, err := newPublicDocuments(cfg.JWT.Issuer)
+	docs, err := newPublicDocuments()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -348,7 +348,6 @@ func (s *Server) newApp(preflight bool) *fiber.App {
 	app.Delete("/realty/:ref", auth, s.remove)
 	app.Get("/openapi.yaml", s.openAPI)
 	app.Get(jwksPath, s.publishKeys)
-	app.Get(openIDConfigurationPath, s.openIDConfiguration)
 	return app
 }
 

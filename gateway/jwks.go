@@ -1,19 +1,17 @@
 package gateway
 
 import (
-	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/gofiber/fiber/v2"
-
-	"github.com/realty-gateway/gateway/coding"
 )
 
-// The issuer's public documents: anyone may read them, with no token.
+// The issuer's public document: anyone may read it, with no token. It is
+// the only one: no OpenID Connect Discovery document is served, since its
+// REQUIRED members would be untrue here (an authorization endpoint, RS256
+// among the algorithms); verifiers are given the JWKS's URL (docs/security.md).
 const (
-	jwksPath                = "/.well-known/jwks.json"
-	openIDConfigurationPath = "/.well-known/openid-configuration"
+	jwksPath = "/.well-known/jwks.json"
 	// jwkSetMediaType is RFC 7517 §8.5's.
 	jwkSetMediaType = "application/jwk-set+json"
 )
@@ -42,36 +40,4 @@ func (s *Server) publishKeys(c *fiber.Ctx) error {
 		s.jwks.Store(p)
 	}
 	return serveDocument(c, &p.doc, jwkSetMediaType, s.jwksCacheControl)
-}
-
-// openIDConfiguration serves the issuer's metadata (OpenID Connect
-// Discovery §3, the members a verifier reads) where the issuer is an https
-// URL: jwks_uri is then the issuer's own, never built from a request's
-// Host. Any other issuer answers 404.
-func (s *Server) openIDConfiguration(c *fiber.Ctx) error {
-	if s.docs.openID == nil {
-		return fiber.ErrNotFound
-	}
-	return serveDocument(c, s.docs.openID, fiber.MIMEApplicationJSON, s.jwksCacheControl)
-}
-
-// newOpenIDDocument is the metadata document of issuer; nil where the
-// issuer is no https URL.
-func newOpenIDDocument(z *coding.Compressor, issuer string) (*documentVariants, error) {
-	if !strings.HasPrefix(issuer, "https://") {
-		return nil, nil
-	}
-	body, err := json.Marshal(map[string]any{
-		"issuer":                                issuer,
-		"jwks_uri":                              strings.TrimSuffix(issuer, "/") + jwksPath,
-		"id_token_signing_alg_values_supported": []string{"EdDSA", "ES256"},
-	})
-	if err != nil {
-		return nil, err
-	}
-	doc, err := newDocumentVariants(z, body)
-	if err != nil {
-		return nil, fmt.Errorf("openid-configuration: %w", err)
-	}
-	return &doc, nil
 }

@@ -47,16 +47,21 @@ func TestJWKS(t *testing.T) {
 	if resp, _ := get(map[string]string{"If-None-Match": etag}); resp.StatusCode != http.StatusNotModified || resp.Header.Get("ETag") != etag {
 		t.Errorf("If-None-Match: %s: %d, ETag %q; want 304 with the same ETag", etag, resp.StatusCode, resp.Header.Get("ETag"))
 	}
-	gz, _ := get(map[string]string{"Accept-Encoding": "gzip"})
+	// A one-key set is smaller than its gzip: it is sent as it is, unless
+	// the client refuses identity.
+	if gz, gzBody := get(map[string]string{"Accept-Encoding": "gzip"}); gz.Header.Get("Content-Encoding") != "" || gz.Header.Get("ETag") != etag || gzBody != body {
+		t.Errorf("gzip: Content-Encoding %q, ETag %q; want the identity body, which gzip would enlarge", gz.Header.Get("Content-Encoding"), gz.Header.Get("ETag"))
+	}
+	gz, _ := get(map[string]string{"Accept-Encoding": "gzip, identity;q=0"})
 	if gz.Header.Get("Content-Encoding") != "gzip" || gz.Header.Get("ETag") == etag || gz.Header.Get("ETag") == "" {
-		t.Errorf("gzip: Content-Encoding %q, ETag %q; want gzip and a tag of its own", gz.Header.Get("Content-Encoding"), gz.Header.Get("ETag"))
+		t.Errorf("gzip, identity refused: Content-Encoding %q, ETag %q; want gzip and a tag of its own", gz.Header.Get("Content-Encoding"), gz.Header.Get("ETag"))
 	}
 	req := httptest.NewRequest(http.MethodHead, jwksPath, nil)
 	if resp, body := f.do(t, req); resp.StatusCode != 200 || body != "" || resp.Header.Get("ETag") != etag {
 		t.Errorf("HEAD: %d %q ETag %q; want 200, no body, the GET's ETag", resp.StatusCode, body, resp.Header.Get("ETag"))
 	}
-	// The issuer is no https URL: no metadata.
-	if resp, _ := f.get(t, openIDConfigurationPath, ""); resp.StatusCode != http.StatusNotFound {
+	// No discovery document: its REQUIRED members would be untrue.
+	if resp, _ := f.get(t, "/.well-known/openid-configuration", ""); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("openid-configuration of issuer %q: %d; want 404", testIssuer, resp.StatusCode)
 	}
 }

@@ -20,6 +20,16 @@ var openAPIYAML []byte
 // tag: made once, as the listing bodies are, and tagged the way they are.
 type documentVariants [coding.Count]struct{ body, etag []byte }
 
+// smaller returns cod where its body is smaller than the identity body,
+// else Identity where the request accepts it (lines: its Accept-Encoding):
+// a coding that does not shrink the body is not sent.
+func smaller(cod coding.Coding, compressed, identity int, lines [][]byte) coding.Coding {
+	if cod == coding.Identity || compressed < identity || !coding.Acceptable(lines, coding.Identity) {
+		return cod
+	}
+	return coding.Identity
+}
+
 func newDocumentVariants(z *coding.Compressor, doc []byte) (documentVariants, error) {
 	var v documentVariants
 	identity := upstream.ETag(doc)
@@ -33,16 +43,14 @@ func newDocumentVariants(z *coding.Compressor, doc []byte) (documentVariants, er
 	return v, nil
 }
 
-// publicDocuments are what anyone may read: the API description, and the
-// issuer's metadata where the issuer is an https URL; compressor makes the
-// JWKS's variants when the key set changes.
+// publicDocuments are what anyone may read: the API description;
+// compressor makes the JWKS's variants when the key set changes.
 type publicDocuments struct {
 	compressor *coding.Compressor
 	api        documentVariants
-	openID     *documentVariants // nil: the issuer is no https URL
 }
 
-func newPublicDocuments(issuer string) (publicDocuments, error) {
+func newPublicDocuments() (publicDocuments, error) {
 	z, err := coding.NewCompressor()
 	if err != nil {
 		return publicDocuments{}, err
@@ -51,8 +59,7 @@ func newPublicDocuments(issuer string) (publicDocuments, error) {
 	if err != nil {
 		return publicDocuments{}, err
 	}
-	openID, err := newOpenIDDocument(z, issuer)
-	return publicDocuments{compressor: z, api: api, openID: openID}, err
+	return publicDocuments{compressor: z, api: api}, nil
 }
 
 func newOpenAPIVariants(z *coding.Compressor) (documentVariants, error) {
@@ -84,10 +91,12 @@ func serveDocument(c *fiber.Ctx, doc *documentVariants, mediaType, cacheControl 
 	h := &c.Response().Header
 	req := &c.Request().Header
 	h.Set(fiber.HeaderVary, fiber.HeaderAcceptEncoding)
-	cod, ok := coding.Negotiate(req.PeekAll(fiber.HeaderAcceptEncoding))
+	lines := req.PeekAll(fiber.HeaderAcceptEncoding)
+	cod, ok := coding.Negotiate(lines)
 	if !ok {
 		return errNotAcceptable
 	}
+	cod = smaller(cod, len(doc[cod].body), len(doc[coding.Identity].body), lines)
 	v := doc[cod]
 	h.SetBytesV(fiber.HeaderETag, v.etag)
 	h.Set(fiber.HeaderCacheControl, cacheControl)

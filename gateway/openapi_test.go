@@ -15,6 +15,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
@@ -534,5 +535,31 @@ func TestOpenAPIIntegerBounds(t *testing.T) {
 	}
 	if lo, hi := upstream.IntRange("no"); lo != 1 || hi != upstream.MaxNumber || upstream.MaxNumber != 1<<53-1 {
 		t.Errorf("IntRange(no) = [%d, %d], MaxNumber %d; want [1, 2^53-1]", lo, hi, upstream.MaxNumber)
+	}
+}
+
+// TestDocsGiveTheOpenAPIDocumentsSize: the sizes docs/api.md gives for
+// the served /openapi.yaml, whole and in each coding, are the document's.
+func TestDocsGiveTheOpenAPIDocumentsSize(t *testing.T) {
+	doc, err := os.ReadFile("../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("the\\s+([0-9,]+)\\s+bytes\\s+of\\s+YAML\\s+are\\s+([0-9,]+)\\s+in\\s+`gzip`,\\s+([0-9,]+)\\s+in\\s+`br`\\s+and\\s+([0-9,]+)\\s+in\\s+`zstd`").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/api.md gives no size of /openapi.yaml (\"the N bytes of YAML are N in `gzip`, N in `br` and N in `zstd`\")")
+	}
+	z, err := coding.NewCompressor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := newOpenAPIVariants(z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []coding.Coding{coding.Identity, coding.Gzip, coding.Brotli, coding.Zstd} {
+		if given, served := strings.ReplaceAll(string(m[i+1]), ",", ""), strconv.Itoa(len(v[c].body)); given != served {
+			t.Errorf("docs/api.md gives /openapi.yaml %s bytes in %s; it is %s", m[i+1], c.Name(), served)
+		}
 	}
 }

@@ -71,6 +71,16 @@ func (s *Server) view(c *fiber.Ctx) error {
 		h.SetCanonical([]byte(fiber.HeaderVary), s.vary(e))
 		return errNotAcceptable
 	}
+	body := e.Body
+	if cod != coding.Identity {
+		if body, err = s.listings.Variant(e, cod); err != nil {
+			return err
+		}
+		cod = smaller(cod, len(body), len(e.Body), req.PeekAll(fiber.HeaderAcceptEncoding))
+		if cod == coding.Identity {
+			body = e.Body
+		}
+	}
 	var tagBuf [64]byte
 	tag := coding.AppendTag(tagBuf[:0], e.ETag, cod)
 	notModified := false
@@ -86,10 +96,6 @@ func (s *Server) view(c *fiber.Ctx) error {
 	h.SetCanonical([]byte("Cache-Status"), appendCacheStatus(buf[:0], e, now))
 	if notModified {
 		return c.SendStatus(fiber.StatusNotModified)
-	}
-	body, err := s.listings.Variant(e, cod)
-	if err != nil {
-		return err
 	}
 	if cod != coding.Identity {
 		h.SetCanonical([]byte(fiber.HeaderContentEncoding), []byte(cod.Name()))

@@ -27,7 +27,7 @@ type requests struct {
 }
 
 const (
-	nRoutes  = 7
+	nRoutes  = 6
 	nMethods = 6
 	nBounds  = 15
 )
@@ -35,7 +35,7 @@ const (
 // routeLabels and methodLabels are the label values of the request series;
 // the last of each stands for any other.
 func routeLabels() [nRoutes]string {
-	return [...]string{"/realty/:ref", "/auth/login", "/realty", "/openapi.yaml", "/.well-known/jwks.json", "/.well-known/openid-configuration", "other"}
+	return [...]string{"/realty/:ref", "/auth/login", "/realty", "/openapi.yaml", "/.well-known/jwks.json", "other"}
 }
 
 func methodLabels() [nMethods]string {
@@ -50,7 +50,7 @@ func servedMethods() map[string][]string {
 	return map[string][]string{
 		"/realty/:ref": {"GET", "HEAD", "PUT", "DELETE"}, "/auth/login": {"POST"},
 		"/realty": {"POST"}, "/openapi.yaml": {"GET", "HEAD"},
-		"/.well-known/jwks.json": {"GET", "HEAD"}, "/.well-known/openid-configuration": {"GET", "HEAD"},
+		"/.well-known/jwks.json": {"GET", "HEAD"},
 	}
 }
 
