@@ -105,9 +105,8 @@ func (c *Cache) newHold(name string) hold {
 // are mostly found empty (a burst of cold keys, a flushed Redis), where
 // the lease rides on the read (getOrLease: one round trip), or mostly
 // found, where a plain GET reads them and only an empty key costs a
-// second round trip for its lease. On Redis a GET costs about a tenth of
-// the script's CPU (Redis 7, a listing's record: 1.1 against 10.9 µs per
-// call), and Redis's CPU is what the whole fleet shares.
+// second round trip for its lease: a GET costs Redis, which the whole
+// fleet shares, a fraction of the script's CPU (docs/performance.md).
 type coldLooks struct{ score atomic.Int32 }
 
 // coldLooksSpan bounds the score: the policy follows a change of traffic
