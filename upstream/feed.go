@@ -119,8 +119,11 @@ type FeedSession interface {
 	MarkDone(ctx context.Context, seqs []int64) error
 	// Adopt records redisIdentity as the Redis that applied marks refer
 	// to. When it differs from the one recorded, every change made within
-	// replay is marked not applied, in the same transaction, so that it is
-	// applied to the new Redis; it returns how many.
+	// replay is marked not applied, so that it is applied to the new
+	// Redis, and it returns how many. The marks go in short transactions,
+	// the old Redis still adopted meanwhile; the last one adopts the new
+	// Redis and marks again what a writer settled behind them, so that a
+	// replay cut short goes on where it stopped at the next call.
 	Adopt(ctx context.Context, redisIdentity string, replay time.Duration) (int64, error)
 	// AwaitUndone reports whether any change is not done yet (not
 	// applied, or its purge not acknowledged), waiting up to wait for one:
