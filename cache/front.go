@@ -8,22 +8,19 @@ import (
 	"github.com/maypok86/otter/v2"
 )
 
-// front is the in-process tier in front of Redis. It holds what a response
-// needs (the body, the ETag, the owner and the active flag), keyed by Key,
-// so a hit allocates nothing, takes no lock and does no parsing. Coherence
-// with writes on other gateways comes from the invalidations they
-// announce (see Invalidator): an entry is dropped before the announcing
-// write returns. Three rules keep an older version out:
-//   - an entry is kept at most maxAge from the start of the read or write
-//     that produced it, the bound on staleness when everything else fails,
-//     and how long a write waits at most for a slow gateway's
-//     acknowledgement;
-//   - a put is refused when its revision is below one already seen
-//     invalidated for that listing (a floor), so a slow read of the old
-//     version cannot land after the invalidation that replaced it;
-//   - while the tier has no live subscription it is empty and takes
-//     nothing, and a put started before a subscription was lost is refused
-//     (the generation changed), since invalidations may have been missed.
+// front is the in-process tier in front of Redis: what a response needs,
+// keyed by Key, so a hit allocates nothing, takes no lock and parses
+// nothing. Other gateways' writes drop its entries through the
+// invalidations they announce (Invalidator) before they return. Three
+// rules keep an older version out:
+//   - an entry lives at most maxAge from the start of the read or write
+//     that brought it: the bound on staleness when all else fails, and a
+//     write's longest wait for a slow gateway's acknowledgement;
+//   - a put below a revision already seen invalidated for its listing (a
+//     floor) is refused: a slow read of the old version lands too late;
+//   - without a live subscription the tier is empty and takes nothing,
+//     and a put begun before the subscription was lost is refused (the
+//     generation changed): invalidations may have been missed.
 type front struct {
 	cache  *otter.Cache[Key, *frontEntry]
 	maxAge time.Duration

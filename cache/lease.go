@@ -11,30 +11,23 @@ import (
 )
 
 // A cold key costs the store one read for the whole fleet, not one per
-// gateway (Facebook's memcache leases, NSDI '13). Where the flight's look
-// at Redis finds the key empty, a script takes a lease on it in the same
-// step as a second look (getOrLease: no other gateway's fill can land
-// between the look and the lease). While keys are mostly found empty the
-// script is the look itself, with no round trip more; while they are
-// mostly found, a plain GET looks first (coldLooks). Only the holder reads the
-// store; its fill of the key ends the lease and publishes the key on the
-// filled channel, which every gateway subscribes to beside the
-// invalidations where a gateway marked the lease waited for
-// (guardedSetRelease: no round trip more either). A gateway that finds the
-// lease taken marks it and waits for that message, or looks again every
-// leasePoll in case the message is lost, and answers from the fill,
-// admitted as any copy is. Fills stay version-guarded, so a lease never
-// lets an older version replace a newer one, and a write of the key, or a
-// change the feed applies to it, ends its lease and wakes its waiters
-// (redis.go's write): they answer from the write.
-//
-// Bounds: a lease lives the load timeout, the longest a holder's load can
-// take, so a holder that died (kill -9, a partition) holds the key at most
-// that long; the next look after that takes the lease over. A waiter waits
-// at most the load timeout, then loads by itself; a holder whose store
-// failed releases at once, and its waiters load by themselves. While Redis
-// is not trusted, or this process does not hear the other gateways, no
-// lease is taken: coalescing is in-process only.
+// gateway (Facebook's memcache leases, NSDI '13):
+//   - the flight's look at an empty key takes its lease in the same script
+//     (getOrLease), so no fill lands between the look and the lease;
+//   - only the holder reads the store; its fill ends the lease and, where
+//     a gateway marked the lease waited for, publishes the key on the
+//     filled channel (guardedSetRelease), in the same round trip;
+//   - a gateway that finds the lease taken marks it and waits for that
+//     message, looking again every leasePoll in case it is lost, and
+//     answers from the fill, admitted as any copy is;
+//   - a write of the key, or a change the feed applies, ends the lease and
+//     wakes its waiters; fills stay version-guarded throughout.
+
+// Bounds: a lease lives the load timeout, so a dead holder holds the key
+// at most that long, and a waiter waits at most that long before it loads
+// by itself; a holder whose store failed releases at once. A look that
+// fails takes no lease and waits for none. While Redis is not trusted, or
+// this process does not hear the other gateways, no lease is taken.
 
 // leasePoll is how often a waiter looks at Redis without a message.
 const leasePoll = 50 * time.Millisecond

@@ -17,31 +17,27 @@ import (
 //	v1 <revision> <freshUntilUnixMs> <id> <firmId> <no> <a|p|x> <etag>\n<body>
 //	v1 <revision> <freshUntilUnixMs> <id> <firmId> <no> <a|p> <etag> z<br>,<gzip>,<zstd>\n<body><br><gzip><zstd>
 //
-// The second form also carries the body compressed (variants.go): the
-// ninth field gives each coding's length, 0 where it is not made. A
-// gateway of a release before it reads such a record as corrupt, that is
-// as a miss, and fills the key again without its variants; the guard
-// below reads the revision of both forms.
+// The revision comes first, so that the Lua guard reads it with one match
+// in every form. The kinds are below; optional fields after the ETag:
+//   - z<br>,<gzip>,<zstd>: the compressed bodies' lengths, 0 where not
+//     made (variants.go);
+//   - m<unixMs>: the version's Last-Modified (upstream.Encoded.Modified).
 //
-// Either form may end with one more field, m<unixMs>: the version's
-// Last-Modified (upstream.Encoded.Modified). A record without it has
-// none, and a gateway of a release before it reads a record with it as a
-// miss, as above.
-//
-// a is an active listing, p a passive one and x a cached "absent". f is a
-// floor: nothing is cached, but a fill older than its revision is refused
-// (the guard reads the revision alike), so that a read of an old version
-// that was in flight when a change was applied cannot land after it. The
-// revision comes first so that the Lua guard can read it with one match.
+// A gateway of a release before a field reads a record with it as a miss
+// and fills the key again without it.
 const recordVersion = "v1"
 
+// kind is what a record holds.
 type kind byte
 
 const (
-	kindActive  kind = 'a'
-	kindPassive kind = 'p'
-	kindAbsent  kind = 'x'
-	kindFloor   kind = 'f'
+	kindActive  kind = 'a' // an active listing
+	kindPassive kind = 'p' // a passive listing
+	kindAbsent  kind = 'x' // a cached "no such listing"
+	// kindFloor holds nothing to serve: a fill older than its revision is
+	// refused (the guard reads the revision alike), so that a read of an
+	// old version in flight when a change was applied cannot land after it.
+	kindFloor kind = 'f'
 )
 
 type record struct {

@@ -6,24 +6,19 @@ import (
 	"time"
 )
 
-// Readiness decides /readyz. It is false while draining, and while the
-// store and the shared cache tier both fail: then nothing can be served,
-// not even stale. A gateway whose store is down but whose cache answers
-// stays in rotation, since it serves cached listings (stale within
-// GATEWAY_CACHE_STALE); so does one without Redis, whose in-process cache
-// is all it has.
+// Readiness decides /readyz. It is false:
+//   - while draining;
+//   - while the store and the shared cache tier both fail: nothing can be
+//     served, not even stale (a failing store alone still serves cached
+//     listings, and a gateway without Redis has only its own cache);
+//   - while a new gateway warms up, until the change feed vouches for
+//     Redis (cache/trust.go), at most warmUp: else a rolling deploy sends
+//     the fleet's every read to the store.
 //
-// A gateway that has just started is not ready while it warms up: until
-// the change feed has vouched for Redis (see cache/trust.go), every read
-// would go to the store, so a rolling deploy would send the whole fleet's
-// traffic there. The wait is bounded by warmUp, so that an outage at start
-// does not keep it out of rotation.
-//
-// The store's breaker is the evidence under traffic: while it is closed,
-// the gateway is ready with no check. Otherwise the store and Redis are
-// asked directly, each within its timeout, so that the answer does not
-// flap when a breaker turns half-open on its own in a gateway that gets
-// no traffic because it is out of rotation.
+// Under traffic the store's breaker is the evidence: closed, no check.
+// Otherwise the store and Redis are asked, each within its timeout, so
+// that a gateway out of rotation does not flap as its breaker turns
+// half-open on its own.
 type Readiness struct {
 	draining     *atomic.Bool
 	warming      func() bool                 // nil: never
