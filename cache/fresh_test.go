@@ -56,45 +56,6 @@ func TestFreshFlightsNeverJoinALoadUnderWay(t *testing.T) {
 	}
 }
 
-// TestCopiesKeptInProcessCarryTheirHTTPDate: a copy the local tier keeps
-// carries its Last-Modified formatted once, as the gateway would send it;
-// a recorded time still ahead of the clock, or none, is left to the
-// answer.
-func TestCopiesKeptInProcessCarryTheirHTTPDate(t *testing.T) {
-	now := time.Date(2026, 11, 28, 17, 5, 9, 0, time.UTC)
-	tests := []struct {
-		name     string
-		modified int64
-		want     string
-	}{
-		{name: "recorded before now", modified: now.Add(-90*time.Second).UnixMilli() + 999, want: "Sat, 28 Nov 2026 17:03:39 GMT"},
-		{name: "recorded this second", modified: now.UnixMilli(), want: "Sat, 28 Nov 2026 17:05:09 GMT"},
-		{name: "ahead of the clock", modified: now.Add(time.Second).UnixMilli()},
-		{name: "unknown", modified: 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := record{revision: 1, id: 1, firmID: 1, no: 1, kind: kindActive, etag: []byte(`"e"`), body: []byte(`{}`),
-				freshUntil: now.Add(time.Hour).UnixMilli(), modified: tt.modified}
-			f := newFront(1<<20, time.Hour)
-			f.enable()
-			f.keep(ByID(1), r, f.generation(), now)
-			m := newMemory(1<<20, "")
-			m.now = func() time.Time { return now }
-			m.set(ByID(1).name(""), r, time.Hour)
-			for tier, l := range map[string]localTier{"front": f, "memory": m} {
-				got, ok := l.lookup(ByID(1), now)
-				if !ok {
-					t.Fatalf("%s: nothing kept", tier)
-				}
-				if string(got.date) != tt.want || string(got.entry(Hit).LastModifiedDate) != tt.want {
-					t.Errorf("%s: date %q; want %q", tier, got.date, tt.want)
-				}
-			}
-		})
-	}
-}
-
 // TestFlightsAreSharedOnlyWhileWritesAreHeard: a gateway that does not hear
 // other gateways' writes (its subscription is down) joins no flight under
 // way, since the flight may have read a version that a write, unannounced
