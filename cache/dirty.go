@@ -75,10 +75,10 @@ func (d *dirtyKeys) list() []string {
 	return names
 }
 
-// forget removes a key that may hold a version older than revision. Where
+// removeKey removes a key that may hold a version older than revision. Where
 // that fails too, the key is marked dirty. It reports whether the key was
 // removed.
-func (c *Cache) forget(ctx context.Context, name string, revision int64) bool {
+func (c *Cache) removeKey(ctx context.Context, name string, revision int64) bool {
 	err := c.shared.del(ctx, name)
 	if err == nil {
 		c.dirty.clean(name)

@@ -143,7 +143,7 @@ func (c *Cache) floorNew(ctx context.Context, items []Invalidation) error {
 	}
 	for i, err := range c.writeKeys(ctx, writes) {
 		if err != nil {
-			c.forget(ctx, writes[i].name, writes[i].value.revision)
+			c.removeKey(ctx, writes[i].name, writes[i].value.revision)
 		}
 	}
 	c.applyInvalidations(items)
@@ -200,7 +200,7 @@ func (c *Cache) Delete(ctx context.Context, current upstream.Listing, cond upstr
 	published := trusted
 	for _, name := range c.names(gone) {
 		c.flights.forget(name)
-		published = c.replace(ctx, name, tombstone, ttl) && published
+		published = c.publishKey(ctx, name, tombstone, ttl) && published
 	}
 	c.applyInvalidations([]Invalidation{invalidationOf(gone, gone.Revision)})
 	published = c.announce(ctx, invalidationOf(gone, gone.Revision)) == nil && published
@@ -219,7 +219,7 @@ func (c *Cache) afterFailedWrite(ctx context.Context, l upstream.Listing, err er
 	ctx = context.WithoutCancel(ctx)
 	for _, name := range c.names(l) {
 		c.flights.forget(name)
-		c.forget(ctx, name, math.MaxInt64)
+		c.removeKey(ctx, name, math.MaxInt64)
 	}
 	// The store may hold the next revision: nothing older may be kept.
 	unknown := invalidationOf(l, l.Revision+1)
@@ -241,7 +241,7 @@ func (c *Cache) publish(ctx context.Context, l upstream.Listing, began time.Time
 		// Later readers in this process must not join a flight that
 		// started before the write.
 		c.flights.forget(name)
-		ok = c.replace(ctx, name, r, c.cfg.Fresh+c.cfg.Stale) && ok
+		ok = c.publishKey(ctx, name, r, c.cfg.Fresh+c.cfg.Stale) && ok
 	}
 	gen := c.local.generation()
 	c.applyInvalidations([]Invalidation{invalidationOf(l, l.Revision)})
@@ -254,11 +254,11 @@ func invalidationOf(l upstream.Listing, revision int64) Invalidation {
 	return Invalidation{ID: l.ID, FirmID: l.FirmID, No: l.No, Revision: revision}
 }
 
-// replace writes r under name, or removes the key where the write fails,
+// publishKey writes r under name, or removes the key where the write fails,
 // and reports whether the key no longer holds an older version.
-func (c *Cache) replace(ctx context.Context, name string, r record, ttl time.Duration) bool {
+func (c *Cache) publishKey(ctx context.Context, name string, r record, ttl time.Duration) bool {
 	if err := c.writeKeys(ctx, []keyWrite{{name: name, value: r, ttl: ttl}})[0]; err != nil {
-		return c.forget(ctx, name, r.revision)
+		return c.removeKey(ctx, name, r.revision)
 	}
 	return true
 }
