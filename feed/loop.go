@@ -56,21 +56,37 @@ type loop struct {
 	backfillAfter  int64     // where the backfill goes on; -1 once every listing's body is kept
 	quiet          bool      // the last round left nothing to do
 
-	lastAdopt, lastOrphans, lastBacklog time.Time // zero: due in the first round
-	lastPrune                           time.Time // the loop's start: the first prune waits pruneEvery
+	// The periodic duties. Redis's check runs every round while busy, and
+	// every adoptEvery while idle; the first prune waits pruneEvery.
+	adoptCheck, orphans, backlog, prune duty
 }
+
+// duty is a periodic duty of the loop: due every period since it last
+// ran, and at once where it has not run yet.
+type duty struct {
+	every time.Duration
+	last  time.Time
+}
+
+// due reports whether the duty is due at now.
+func (d *duty) due(now time.Time) bool { return d.last.IsZero() || now.Sub(d.last) >= d.every }
+
+// done records that the duty ran at now.
+func (d *duty) done(now time.Time) { d.last = now }
 
 // startLoop starts the loop on fs. Without Redis the marks refer to this
 // process's tier, adopted at once.
 func (c *Consumer) startLoop(ctx context.Context, fs upstream.FeedSession) (*loop, error) {
 	s := newSession(c, fs)
-	l := &loop{c: c, s: s, w: &worker{Consumer: c, s: s, purged: make(chan purged, 1024), inflight: map[int64]bool{}}}
+	now := time.Now()
+	l := &loop{c: c, s: s, w: &worker{Consumer: c, s: s, purged: make(chan purged, 1024), inflight: map[int64]bool{}},
+		adoptCheck: duty{every: adoptEvery}, orphans: duty{every: orphanAfter / 2}, backlog: duty{every: backlogEvery},
+		prune: duty{every: pruneEvery, last: now}}
 	if !c.deps.Redis {
 		if _, err := call(ctx, s, func(ctx context.Context) (int64, error) { return s.Adopt(ctx, "", c.cfg.Retention) }); err != nil {
 			return nil, err
 		}
 	}
-	l.lastPrune = time.Now()
 	return l, nil
 }
 
@@ -93,11 +109,11 @@ func (l *loop) round(ctx context.Context) error {
 	now := time.Now()
 	checked := false // Redis's check ran in this round
 	if l.mayRest(now) {
-		rested, err := l.rest(ctx, now)
-		if err != nil || rested {
+		var rested bool
+		var err error
+		if rested, checked, err = l.rest(ctx, now); err != nil || rested {
 			return err
 		}
-		checked = l.lastAdopt.Equal(now)
 	}
 	if !checked {
 		if err := l.adoptRedis(ctx, now); err != nil {
@@ -137,30 +153,31 @@ func (l *loop) adoptsRedis() bool { return l.c.deps.Redis && l.c.cfg.Enabled }
 // mayRest reports whether the round may be a rest: the last round
 // was quiet, and no prune is due.
 func (l *loop) mayRest(now time.Time) bool {
-	return l.quiet && now.Sub(l.lastPrune) < pruneEvery
+	return l.quiet && !l.prune.due(now)
 }
 
 // rest is the idle round: Redis's check when it is due, then a wait
 // in the store (AwaitUndone) until a record is not done, for up to
 // idleWait (a quarter lease at most). It writes nothing and proves the
-// hold. With nothing to do it zeroes the gauges and reports true. A record
-// another writer makes ends the wait at once; it is applied after Settle,
-// as before.
-func (l *loop) rest(ctx context.Context, now time.Time) (bool, error) {
-	if l.adoptsRedis() && now.Sub(l.lastAdopt) >= adoptEvery {
+// hold. With nothing to do it zeroes the gauges and reports rested; it
+// reports checked where it ran Redis's check. A record another writer
+// makes ends the wait at once; it is applied after Settle, as before.
+func (l *loop) rest(ctx context.Context, now time.Time) (rested, checked bool, err error) {
+	if l.adoptsRedis() && l.adoptCheck.due(now) {
 		adopted := l.adopted
 		if err := l.adoptRedis(ctx, now); err != nil || l.adopted != adopted || !l.redisDownSince.IsZero() {
-			return false, err // a new Redis, or none: a full round
+			return false, true, err // a new Redis, or none: a full round
 		}
+		checked = true
 	}
 	wait := min(idleWait, l.s.Lease()/4)
 	undone, err := call(ctx, l.s, func(ctx context.Context) (bool, error) { return l.s.AwaitUndone(ctx, wait) })
 	if err != nil || undone || !l.w.idle() {
-		return false, err
+		return false, checked, err
 	}
 	l.c.backlog.Store(0)
 	l.c.lagNano.Store(0)
-	return true, nil
+	return true, checked, nil
 }
 
 // adoptRedis has the marks refer to the Redis that answers now. It ends
@@ -170,7 +187,7 @@ func (l *loop) adoptRedis(ctx context.Context, now time.Time) error {
 	if !l.adoptsRedis() {
 		return nil
 	}
-	l.lastAdopt = now
+	l.adoptCheck.done(now)
 	id, err := l.c.adopt(ctx, l.s, l.adopted)
 	switch {
 	case err == nil:
@@ -188,17 +205,17 @@ func (l *loop) adoptRedis(ctx context.Context, now time.Time) error {
 // repurgeOrphans purges again the records whose purge a dead consumer
 // left unfinished.
 func (l *loop) repurgeOrphans(ctx context.Context, now time.Time) error {
-	if !l.c.cfg.Enabled || now.Sub(l.lastOrphans) <= orphanAfter/2 {
+	if !l.c.cfg.Enabled || !l.orphans.due(now) {
 		return nil
 	}
 	after := orphanAfter
-	if l.lastOrphans.IsZero() {
+	if l.orphans.last.IsZero() {
 		after = 0 // just taken over: every unfinished purge is an orphan
 	}
 	if err := l.w.repurge(ctx, after); err != nil {
 		return err
 	}
-	l.lastOrphans = now
+	l.orphans.done(now)
 	return nil
 }
 
@@ -219,19 +236,19 @@ func (l *loop) backfillBodies(ctx context.Context) error {
 
 // readGauges reads the backlog gauges when they are due.
 func (l *loop) readGauges(ctx context.Context, now time.Time) error {
-	if now.Sub(l.lastBacklog) < backlogEvery {
+	if !l.backlog.due(now) {
 		return nil
 	}
 	if err := l.c.readBacklog(ctx, l.s); err != nil {
 		return err
 	}
-	l.lastBacklog = now
+	l.backlog.done(now)
 	return nil
 }
 
 // pruneRecords drops done records past the retention when a prune is due.
 func (l *loop) pruneRecords(ctx context.Context, now time.Time) error {
-	if now.Sub(l.lastPrune) < pruneEvery {
+	if !l.prune.due(now) {
 		return nil
 	}
 	if _, err := call(ctx, l.s, func(ctx context.Context) (int64, error) {
@@ -239,7 +256,7 @@ func (l *loop) pruneRecords(ctx context.Context, now time.Time) error {
 	}); err != nil {
 		return err
 	}
-	l.lastPrune = now
+	l.prune.done(now)
 	return nil
 }
 
