@@ -330,7 +330,8 @@ func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, de
 		c.shared = traced{sharedTier: c.shared, tracer: c.tracer}
 	}
 	c.front = f
-	c.inv = newInvalidator(rdb, deps.Prefix, cfg.InvalidationWait, opTimeout, f, c.applyInvalidations, c.trust.distrust, deps.Log)
+	c.inv = newInvalidator(invalidatorDeps{rdb: rdb, prefix: deps.Prefix, wait: cfg.InvalidationWait, timeout: opTimeout,
+		front: f, apply: c.applyInvalidations, lost: c.trust.distrust, log: deps.Log})
 	rt.filled, rt.leaseTTL = c.inv.filled, c.loadTimeout
 	return c, nil
 }

@@ -72,14 +72,26 @@ const (
 	confirmWait = 100 * time.Millisecond
 )
 
-func newInvalidator(rdb redis.UniversalClient, prefix string, wait, timeout time.Duration, f *front, apply func([]Invalidation), lost func(), log *slog.Logger) *invalidator {
+// invalidatorDeps are what an invalidator is built on; the fields it
+// shares with invalidator mean what they mean there.
+type invalidatorDeps struct {
+	rdb           redis.UniversalClient
+	prefix        string // of the channels' names
+	wait, timeout time.Duration
+	front         *front
+	apply         func([]Invalidation)
+	lost          func()
+	log           *slog.Logger
+}
+
+func newInvalidator(d invalidatorDeps) *invalidator {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b) // crypto/rand does not fail
 	id := hex.EncodeToString(b)
 	return &invalidator{
-		rdb: rdb, events: prefix + "realty:invalidate", acks: prefix + "realty:ack:" + id, id: id,
-		filled: prefix + "realty:filled", fills: map[string]chan struct{}{},
-		wait: wait, timeout: timeout, apply: apply, lost: lost, front: f, log: log,
+		rdb: d.rdb, events: d.prefix + "realty:invalidate", acks: d.prefix + "realty:ack:" + id, id: id,
+		filled: d.prefix + "realty:filled", fills: map[string]chan struct{}{},
+		wait: d.wait, timeout: d.timeout, apply: d.apply, lost: d.lost, front: d.front, log: d.log,
 		waiting: map[string]chan struct{}{}, subscribed: make(chan struct{}),
 		receive: func(ctx context.Context, ps *redis.PubSub, d time.Duration) (any, error) {
 			return ps.ReceiveTimeout(ctx, d)
