@@ -520,9 +520,9 @@ func TestGuardKeepsNewerRevision(t *testing.T) {
 			name := ByID(1).name(c.prefix)
 			c.remember(ctx, newer, time.Hour, hold{}, name)
 			c.remember(ctx, older, time.Hour, hold{}, name)
-			r, v, _ := c.readShared(ctx, ByID(1), name, hold{})
-			if v != admitted || r.revision != 5 || string(r.body) != `{"v":5}` {
-				t.Fatalf("got revision %d body %s; an older fill overwrote a newer value", r.revision, r.body)
+			found := c.readShared(ctx, ByID(1), name, hold{})
+			if found.v != admitted || found.r.revision != 5 || string(found.r.body) != `{"v":5}` {
+				t.Fatalf("got revision %d body %s; an older fill overwrote a newer value", found.r.revision, found.r.body)
 			}
 		})
 	}

@@ -199,34 +199,39 @@ func (t *redisTier) release(h hold) {
 }
 
 // awaitFill waits, at most the load timeout, for the fill of the gateway
-// that holds the lease on the cold key k, and admits it; it takes the
-// lease where the holder's has expired. It returns missing, with the hold
-// where this process took it, where k is still to load here. Each look
-// follows the watch it waits on: a fill announced before the watch began
-// is seen by the look, one after it ends the wait.
-func (c *Cache) awaitFill(ctx context.Context, k Key, name string, h hold) (record, verdict, hold) {
+// that holds the lease on the miss's cold key, and admits it; it takes
+// the lease where the holder's has expired. It returns missing, with the
+// miss holding the lease where this process took it, where the key is
+// still to load here. Each look follows the watch it waits on: a fill
+// announced before the watch began is seen by the look, one after it ends
+// the wait.
+func (m *miss) awaitFill(ctx context.Context) look {
+	c := m.c
 	ctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
 	defer cancel()
 	for announced := false; ; {
-		filled, stop := c.inv.watchFill(name)
-		r, v, l := c.readShared(ctx, k, name, h)
+		filled, stop := c.inv.watchFill(m.name)
+		found := c.readShared(ctx, m.k, m.name, m.hold)
 		switch {
-		case l == leaseTaken:
+		case found.lease == leaseTaken:
 			stop()
-			return r, missing, h // the holder's lease expired: this one loads
-		case v == admitted || v == absent:
+			found.v = missing // the holder's lease expired: this one loads
+			return found
+		case found.v == admitted || found.v == absent:
 			stop()
 			c.counts.coalesced.Add(1)
-			if v == admitted {
-				v = coalesced
+			if found.v == admitted {
+				found.v = coalesced
 			}
-			return r, v, hold{}
-		case l != leaseHeldElsewhere, announced:
+			m.hold = hold{}
+			return found
+		case found.lease != leaseHeldElsewhere, announced:
 			// Not servable, a look that failed, or released without a
 			// fill (the holder's store failed): load as before, not one
 			// gateway after another.
 			stop()
-			return r, v, hold{}
+			m.hold = hold{}
+			return found
 		}
 		select {
 		case <-filled:
@@ -236,7 +241,8 @@ func (c *Cache) awaitFill(ctx context.Context, k Key, name string, h hold) (reco
 		}
 		stop()
 		if ctx.Err() != nil {
-			return record{}, missing, hold{} // the holder took too long: load as before
+			m.hold = hold{}
+			return look{v: missing} // the holder took too long: load as before
 		}
 	}
 }

@@ -107,27 +107,49 @@ type loaded struct {
 	collapsed bool
 }
 
+// miss is one flight's read past the local tier: the state its stages
+// share, from the look at the shared tier to the fill.
+type miss struct {
+	c    *Cache
+	k    Key
+	name string
+	cod  coding.Coding // the coding whose variant the fill carries
+	// began is taken before the read whose result the local tier keeps.
+	began since
+	// hold is the fleet's lease this flight may take, then the one it
+	// holds: the zero hold once it holds none.
+	hold hold
+}
+
+// look is what a read of the shared tier found: a copy with admission's
+// verdict, and what became of the lease on an empty key.
+type look struct {
+	r     record
+	v     verdict
+	lease leaseState
+}
+
 // flight runs once per key at a time, within the load timeout, detached
 // from the leader's cancellation. Its look at the shared tier is also the
 // second look of groupcache's load: a flight that ended since the
 // caller's look at the local tier filled it.
 func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Coding) (loaded, error) {
 	ctx = context.WithoutCancel(ctx)
-	s := c.since() // before the read whose result it keeps
-	r, v, h := c.lookShared(ctx, k, name)
-	switch v {
+	m := &miss{c: c, k: k, name: name, cod: cod, began: c.since(), hold: c.newHold(name)}
+	found := m.lookShared(ctx)
+	switch found.v {
 	case admitted:
-		c.local.keep(k, r, s.gen, s.at)
-		return loaded{r: r, state: Hit}, nil
+		c.local.keep(k, found.r, m.began.gen, m.began.at)
+		return loaded{r: found.r, state: Hit}, nil
 	case coalesced:
-		c.local.keep(k, r, s.gen, s.at)
-		return loaded{r: r, state: Miss, collapsed: true}, nil
+		c.local.keep(k, found.r, m.began.gen, m.began.at)
+		return loaded{r: found.r, state: Miss, collapsed: true}, nil
 	case absent:
 		return loaded{absent: true}, notFound(name)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
 	defer cancel()
-	return c.loadStore(ctx, k, name, r, v, s, cod, h)
+	return m.loadStore(ctx, found)
 }
 
 // since is what a read or write takes before it begins, for the local
@@ -140,35 +162,36 @@ type since struct {
 
 func (c *Cache) since() since { return since{gen: c.local.generation(), at: c.now()} }
 
-// lookShared reads k from the shared tier, within the tier's operation
-// timeout, and admits what it holds. Where the key is cold the read takes
-// the fleet's lease on it, and returns the hold, or waits for the fill of
-// the gateway that holds it (lease.go).
-func (c *Cache) lookShared(ctx context.Context, k Key, name string) (record, verdict, hold) {
-	h := c.newHold(name)
-	r, v, l := c.readShared(ctx, k, name, h)
-	switch l {
+// lookShared reads the key from the shared tier, within the tier's
+// operation timeout, and admits what it holds. Where the key is cold the
+// read takes the fleet's lease on it, or waits for the fill of the
+// gateway that holds it (lease.go); a look that fails is no lease held
+// elsewhere, and the miss loads at once.
+func (m *miss) lookShared(ctx context.Context) look {
+	found := m.c.readShared(ctx, m.k, m.name, m.hold)
+	switch found.lease {
 	case leaseTaken:
-		return r, v, h
+		return found
 	case leaseHeldElsewhere:
-		return c.awaitFill(ctx, k, name, h)
+		return m.awaitFill(ctx)
 	}
-	return r, v, hold{} // a look that failed is no lease held elsewhere: load now
+	m.hold = hold{}
+	return found
 }
 
 // readShared reads k from the shared tier and admits what it holds; where
 // the key is empty it takes the lease h, if any, or finds it taken.
 // Errors and unreadable values are misses; a dirty key is removed first.
-func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) (record, verdict, leaseState) {
+func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) look {
 	b, l, err := c.shared.get(ctx, name, h)
 	if err != nil || b == nil {
-		return record{}, missing, l
+		return look{v: missing, lease: l}
 	}
 	r, err := decodeRecord(b)
 	if err != nil {
 		c.counts.corrupt.Add(1)
 		c.log.WarnContext(ctx, "cache value unreadable, treated as miss", "key", name, "err", err)
-		return record{}, missing, noLease
+		return look{v: missing}
 	}
 	v := c.admit(k, &r, c.now().UnixMilli(), fromShared)
 	switch v {
@@ -178,50 +201,52 @@ func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) (rec
 	case dirty:
 		c.repair(ctx, name)
 	}
-	return r, v, noLease
+	return look{r: r, v: v}
 }
 
-// loadStore reads k from the store and fills both keys, ending the lease
-// h where this flight holds one. prev is the shared tier's copy, with its
-// verdict: a failing store falls back on it where it is a listing that
-// only aged or is distrusted.
-func (c *Cache) loadStore(ctx context.Context, k Key, name string, prev record, v verdict, s since, cod coding.Coding, h hold) (loaded, error) {
+// loadStore reads the listing from the store and fills both keys, ending
+// the lease where the miss holds one. prev is the shared tier's copy: a
+// failing store falls back on it where it is a listing that only aged or
+// is distrusted.
+func (m *miss) loadStore(ctx context.Context, prev look) (loaded, error) {
+	c := m.c
 	c.counts.storeLoads.Add(1)
 	var e upstream.Encoded
 	var err error
-	if k.ID > 0 {
-		e, err = c.src.EncodedByID(ctx, k.ID)
+	if m.k.ID > 0 {
+		e, err = c.src.EncodedByID(ctx, m.k.ID)
 	} else {
-		e, err = c.src.EncodedByNumber(ctx, k.FirmID, k.No)
+		e, err = c.src.EncodedByNumber(ctx, m.k.FirmID, m.k.No)
 	}
 	switch {
 	case errors.Is(err, upstream.ErrNotFound):
 		absence := record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}
-		c.remember(ctx, absence, c.cfg.Negative, h, name)
+		c.remember(ctx, absence, c.cfg.Negative, m.hold, m.name)
 		return loaded{}, err
 	case err != nil:
-		c.shared.release(h)
-		if v.fallback() && prev.kind != kindAbsent {
-			c.log.DebugContext(ctx, "serving stale listing", "key", name, "err", err)
-			return loaded{r: prev, state: Stale}, nil
+		c.shared.release(m.hold)
+		if prev.v.fallback() && prev.r.kind != kindAbsent {
+			c.log.DebugContext(ctx, "serving stale listing", "key", m.name, "err", err)
+			return loaded{r: prev.r, state: Stale}, nil
 		}
 		return loaded{}, err
 	}
 	r := c.recordOfEncoded(e)
-	if cod != coding.Identity {
-		c.compressInto(r, cod) // the fill carries it: no later round trip adds it
+	if m.cod != coding.Identity {
+		c.compressInto(r, m.cod) // the fill carries it: no later round trip adds it
 	}
-	c.fill(ctx, k, r, s, h)
+	m.fill(ctx, r)
 	return loaded{r: r, state: Miss}, nil
 }
 
-// fill writes r under both of its keys, ending the lease h, then keeps it
-// in the local tier under k, once per flight, as of s, taken before the
-// read, and before the flight ends: the next flight's look finds it.
-func (c *Cache) fill(ctx context.Context, k Key, r record, s since, h hold) {
+// fill writes r under both of its keys, ending the lease, then keeps it
+// in the local tier under the miss's key, as of the read's start, and
+// before the flight ends: the next flight's look finds it.
+func (m *miss) fill(ctx context.Context, r record) {
+	c := m.c
 	names := [2]string{ByID(r.id).name(c.prefix), ByNumber(r.firmID, r.no).name(c.prefix)}
-	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, h, names[:]...)
-	c.local.keep(k, r, s.gen, s.at)
+	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, m.hold, names[:]...)
+	c.local.keep(m.k, r, m.began.gen, m.began.at)
 }
 
 // remember writes r under names in the shared tier, each guarded by its
