@@ -79,6 +79,9 @@ func decodeLogin(body []byte) (loginRequest, error) {
 	return req, nil
 }
 
+// login answers POST /auth/login: a token for the e-mail, password (where
+// the account has one) and firm API key, 401 with one body for every
+// wrong part, 429 past a limit, 400 without a User-Agent.
 func (s *Server) login(c *fiber.Ctx) (err error) {
 	defer func() {
 		if err != errContinue {

@@ -45,6 +45,11 @@ func parseID(s string) (int64, bool) {
 
 var errBadPath = badRequest("The path must be /realty/{id} or /realty/{firmId}-{no}, with positive decimal numbers.")
 
+// view answers GET and HEAD /realty/{ref}: the listing by id or by
+// number, 404 for none or for another firm's passive one, from the
+// process's memory where it may, else through the cache's read; with its
+// ETag, Last-Modified, caching headers and the body in the client's
+// coding, or 304 and 412 as its preconditions say.
 func (s *Server) view(c *fiber.Ctx) error {
 	key, ok := ParseRef(c.Params("ref"))
 	if !ok {
@@ -265,6 +270,9 @@ func decodeBody(c *fiber.Ctx) (upstream.Listing, error) {
 	return upstream.DecodeListing(body, false)
 }
 
+// create answers POST /realty: the listing in the body, stored for the
+// token's firm and user, 201 with its Location and the stored body, or 422
+// with the fields that are not valid, 409 for a number the firm uses.
 func (s *Server) create(c *fiber.Ctx) error {
 	if err := createPrecondition(c); err != nil {
 		return err
@@ -313,6 +321,10 @@ func (s *Server) owned(c *fiber.Ctx) (upstream.Listing, error) {
 	return current, nil
 }
 
+// replace answers PUT /realty/{ref}: the firm's listing replaced by the
+// body where the preconditions hold (412 before the body is read where
+// they already do not), 200 with the stored listing and its
+// Listing-ETag; every tier and the CDN hold the new version on return.
 func (s *Server) replace(c *fiber.Ctx) error {
 	current, err := s.owned(c)
 	if err != nil {
@@ -345,6 +357,8 @@ func (s *Server) replace(c *fiber.Ctx) error {
 	return s.sendWritten(c, w.Entry, false)
 }
 
+// remove answers DELETE /realty/{ref}: the firm's listing deleted where
+// the preconditions hold, 204; both keys then answer 404 everywhere.
 func (s *Server) remove(c *fiber.Ctx) error {
 	current, err := s.owned(c)
 	if err != nil {
