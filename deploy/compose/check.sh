@@ -31,6 +31,8 @@
 # healthcheck every second ("podman healthcheck run"), as a Docker engine
 # would at the Compose file's intervals.
 set -euo pipefail
+# Compose forwards standard input to exec and run: only what is piped in.
+exec </dev/null
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 
@@ -47,7 +49,13 @@ export DOCKER_HOST=unix://$SOCK
 export CONTAINERS_CONF=$RUN_DIR/containers.conf
 export CONTAINERS_REGISTRIES_CONF=$RUN_DIR/registries.conf
 export COMPOSE_PROJECT_NAME=$PROJECT
-export COMPOSE_INTERACTIVE_NO_CLI=1
+# docker-compose runs "docker exec" and "docker start --attach" for exec
+# and run (its own socket client never ends a piped standard input): the
+# docker of $RUN_DIR/bin is podman, as Debian's podman-docker makes it.
+export PATH=$RUN_DIR/bin:$PATH
+# Builds go through the API, as Docker's classic builder, in Docker's image
+# format (podman's own default, OCI, has no HEALTHCHECK).
+export COMPOSE_DOCKER_CLI_BUILD=0 BUILDAH_FORMAT=docker
 unset GATEWAY_PUBLISH
 
 T0=$(date +%s)
@@ -167,6 +175,10 @@ prefix = "quay.io"
 location = "quay.io"
 blocked = true
 EOF
+
+mkdir -p "$RUN_DIR/bin"
+printf '#!/bin/sh\nexec podman "$@"\n' > "$RUN_DIR/bin/docker"
+chmod +x "$RUN_DIR/bin/docker"
 
 podman system service --time=0 "unix://$SOCK" > "$RUN_DIR/service.log" 2>&1 &
 echo $! > "$RUN_DIR/service.pid"
@@ -320,14 +332,14 @@ step "the image: size, user, healthcheck without a shell"
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
 gz=$(podman save "$IMAGE" 2>/dev/null | gzip -c | wc -c)
 user=$(podman image inspect --format '{{.Config.User}}' "$IMAGE")
-hc=$(podman image inspect --format '{{json .Config.Healthcheck.Test}}' "$IMAGE")
+hc=$(podman image inspect --format '{{json .Config.Healthcheck}}' "$IMAGE" | jq -c '.Test // empty')
 note "$IMAGE: $((size / 1000000)).$(((size % 1000000) / 100000)) MB ($size bytes; $((gz / 1000000)).$(((gz % 1000000) / 100000)) MB compressed), user $user, HEALTHCHECK $hc"
 [ "$user" = 65532:65532 ] || die "the image runs as '$user', not 65532:65532"
 [ "$gz" -le $((IMAGE_MAX_MB * 1000000)) ] || die "the image is larger than $IMAGE_MAX_MB MB compressed"
 if [ "$size" -gt $((IMAGE_MAX_MB * 1000000)) ]; then
   note "note: uncompressed it is above $IMAGE_MAX_MB MB (docs/operating.md, \"The Compose stack, run\")"
 fi
-[ "$(jq -r '.[0]' <<<"$hc")" = CMD ] || die "the image's HEALTHCHECK is not in exec form: $hc"
+[ "$(jq -r '.[0]' <<<"${hc:-null}")" = CMD ] || die "the image's HEALTHCHECK is not in exec form: ${hc:-none}"
 if podman run --rm --entrypoint /bin/sh "$IMAGE" -c true >/dev/null 2>&1; then die "the image has a shell"; fi
 # The image alone (embedded SQLite in its data directory), hardened as in
 # the Compose file: its own HEALTHCHECK reports healthy.
@@ -398,7 +410,7 @@ login() { # login BASEURL → token
   expect 200 POST "$1/auth/login" "" "{\"email\":\"agent@acme.example\",\"password\":\"$PASSWORD\",\"key\":\"$API_KEY\"}"
   jq -r .jwtToken "$BODY"
 }
-psql_q() { compose exec -T postgres psql -U gateway -d gateway -tAc "$1"; }
+psql_q() { compose exec -T postgres psql -U gateway -d gateway -tAc "$1" </dev/null; }
 
 # ---------------------------------------------------------------- journey
 
@@ -434,9 +446,9 @@ step "firm add and user add (docker-compose exec, the image's binary)"
 add_firm() {
   local out line
   if [ "$1" = exec ]; then
-    out=$(compose exec -T gateway /app/gateway firm add --name "$2" 2>"$RUN_DIR/run.err") || die "firm add ($1): $(cat "$RUN_DIR/run.err")"
+    out=$(compose exec -T gateway /app/gateway firm add --name "$2" </dev/null 2>"$RUN_DIR/run.err") || die "firm add ($1): $(cat "$RUN_DIR/run.err")"
   else
-    out=$(compose run --rm gateway firm add --name "$2" 2>"$RUN_DIR/run.err") || die "firm add ($1): $(cat "$RUN_DIR/run.err")"
+    out=$(compose run --rm gateway firm add --name "$2" </dev/null 2>"$RUN_DIR/run.err") || die "firm add ($1): $(cat "$RUN_DIR/run.err")"
   fi
   line=$(tr -d '\r' <<<"$out" | grep '^{' | tail -1)
   FIRM=$(jq -r .firmId <<<"$line")
@@ -463,19 +475,19 @@ step "login through the published port, a listing written, read by id and by num
 TOKEN=$(login "$GW")
 alg=$(cut -d. -f1 <<<"$TOKEN" | tr '_-' '/+' | base64 -d 2>/dev/null | jq -r .alg || true)
 [ "$alg" = ES256 ] || die "the token is signed $alg, not ES256"
-LISTING='{"title":"Compose check: two rooms by the park","isActive":true,"location":{"cityName":"Springfield"},"attributes":{"price":250000,"room":2}}'
+LISTING='{"title":"Compose check: two rooms by the park","isActive":true,"categoryId":1,"location":{"cityId":34,"cityName":"Springfield"},"attributes":{"price":250000,"room":2}}'
 expect 201 POST "$GW/realty" "$TOKEN" "$LISTING"
 ID=$(jq -r .id "$BODY")
 NO=$(jq -r .no "$BODY")
 [ "$ID" -gt 0 ] 2>/dev/null || die "the created listing has no id: $(cat "$BODY")"
 # The miss: Redis holds nothing of it yet, after the read it does; the row
 # is PostgreSQL's.
-compose exec -T redis redis-cli FLUSHALL >/dev/null
+compose exec -T redis redis-cli FLUSHALL </dev/null >/dev/null
 [ "$(psql_q "SELECT count(*) FROM listings WHERE id = $ID")" = 1 ] || die "PostgreSQL holds no listing $ID"
 expect 200 GET "$GW/realty/$ID" "$TOKEN"
 xcache=$(header X-Cache)
 [ "$(jq -r .title "$BODY")" = "Compose check: two rooms by the park" ] || die "GET /realty/$ID: $(cat "$BODY")"
-keys=$(compose exec -T redis redis-cli DBSIZE | tr -d '\r')
+keys=$(compose exec -T redis redis-cli DBSIZE </dev/null | tr -d '\r')
 [ "$keys" -gt 0 ] || die "the miss left nothing in Redis"
 expect 200 GET "$GW/realty/$FIRM-$NO" "$TOKEN"
 [ "$(jq -r .id "$BODY")" = "$ID" ] || die "GET /realty/$FIRM-$NO is not listing $ID"
@@ -559,8 +571,8 @@ GATEWAY_PUBLISH=127.0.0.1: compose --profile observability up -d --scale gateway
 wait_healthy prometheus
 PROM=http://127.0.0.1:9090
 rules=$(curl -sf "$PROM/api/v1/rules" | jq '[.data.groups[].rules[]] | length')
-want_rules=$(grep -c '^ *- alert:' deploy/observability/alerts.yaml)
-[ "$rules" = "$want_rules" ] || die "Prometheus loaded $rules rules, alerts.yaml has $want_rules"
+want_rules=$(grep -Ec '^ *- (alert|record):' deploy/observability/alerts.yaml)
+[ "$rules" = "$want_rules" ] || die "Prometheus loaded $rules rules, alerts.yaml has $want_rules (alerting and recording)"
 up=0
 for _ in $(seq 60); do
   up=$(curl -sf "$PROM/api/v1/targets" | jq '[.data.activeTargets[] | select(.labels.job == "realty-gateway" and .health == "up")] | length')
