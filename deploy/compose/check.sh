@@ -92,6 +92,11 @@ remove_stack() {
     ids=$(podman volume ls -q --filter "label=com.docker.compose.project=$PROJECT" 2>/dev/null || true)
     [ -z "$ids" ] || podman volume rm -f $ids >/dev/null 2>&1 || true
     podman network rm -f "${PROJECT}_default" >/dev/null 2>&1 || true
+    # Anonymous volumes (the images' VOLUMEs) of the containers it ran.
+    if [ -s "$RUN_DIR/volumes.before" ]; then
+      ids=$(podman volume ls -q 2>/dev/null | sort | comm -13 "$RUN_DIR/volumes.before" - || true)
+      [ -z "$ids" ] || podman volume rm -f $ids >/dev/null 2>&1 || true
+    fi
   fi
   stop_pidfile health
   stop_pidfile service
@@ -118,8 +123,16 @@ on_exit() {
   fi
   [ "${KEEP:-}" = 1 ] && [ "$rc" -ne 0 ] && { echo "KEEP=1: the failed stack is left up" >&2; return; }
   remove_stack
+  if [ "$rc" -eq 0 ]; then
+    local left
+    left=$(podman ps -aq --filter "label=com.docker.compose.project=$PROJECT")
+    left+=$(podman volume ls -q | sort | comm -13 "$RUN_DIR/volumes.before" -)
+    left+=$(podman network ls -q --filter "name=^${PROJECT}_")
+    rm -rf "$RUN_DIR"
+    [ -z "$left" ] || { echo "check.sh: FAIL: left behind: $left" >&2; exit 1; }
+    step "passed; nothing left running"
+  fi
   rm -rf "$RUN_DIR"
-  if [ "$rc" -eq 0 ]; then step "passed; nothing left running"; fi
 }
 
 # ---------------------------------------------------------------- installs
@@ -176,6 +189,8 @@ location = "quay.io"
 blocked = true
 EOF
 
+podman volume ls -q | sort > "$RUN_DIR/volumes.before"
+echo >> "$RUN_DIR/volumes.before" # never empty: remove_stack tests -s
 mkdir -p "$RUN_DIR/bin"
 printf '#!/bin/sh\nexec podman "$@"\n' > "$RUN_DIR/bin/docker"
 chmod +x "$RUN_DIR/bin/docker"
@@ -610,6 +625,8 @@ t_end=$(date +%s.%N)
 for p in $(cat "$RUN_DIR/load.pids"); do wait "$p" || true; done
 stop_s=$(awk -v a="$t_stop" -v b="$t_end" 'BEGIN { printf "%.1f", b - a }')
 code=$(podman inspect --format '{{.State.ExitCode}}' "$gw_id")
+gw_fin=$(epoch "$(podman inspect --format '{{.State.FinishedAt}}' "$gw_id" | sed 's/ +0000 UTC//')")
+gw_s=$(awk -v a="$t_stop" -v b="$gw_fin" 'BEGIN { printf "%.1f", b - a }')
 [ "$code" = 0 ] || die "the gateway exited $code on the stop"
 awk -v s="$stop_s" 'BEGIN { exit !(s < 10) }' || die "the stop took ${stop_s}s, not within the 10 s grace"
 for s in postgres redis; do
@@ -622,7 +639,7 @@ other=$(cat "$RUN_DIR"/load.? | grep -v -e '^200 0$' -e '^000 7$' | sort | uniq 
 [ "$ok" -gt 0 ] || die "no request succeeded under load"
 [ -z "$other" ] || die "requests cut or failed during the stop (status exit-code: count): $other"
 grep -q '"msg":"shutting down"' <(compose logs --no-color gateway 2>&1) || die "the gateway logged no drain"
-note "stopped in ${stop_s}s, gateway exit 0; $ok requests answered 200, $refused refused after the listener closed, none cut"
+note "the stack stopped in ${stop_s}s (the gateway in ${gw_s}s), gateway exit 0; $ok requests answered 200, $refused refused after the listener closed, none cut"
 compose start >/dev/null 2>&1 || die "docker-compose start failed"
 wait_healthy postgres redis gateway
 survives "after stop and start"
