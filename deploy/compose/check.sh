@@ -638,8 +638,10 @@ refused=$(cat "$RUN_DIR"/load.? | grep -c '^000 7$' || true)
 other=$(cat "$RUN_DIR"/load.? | grep -v -e '^200 0$' -e '^000 7$' | sort | uniq -c | tr '\n' ';' || true)
 [ "$ok" -gt 0 ] || die "no request succeeded under load"
 [ -z "$other" ] || die "requests cut or failed during the stop (status exit-code: count): $other"
-grep -q '"msg":"shutting down"' <(compose logs --no-color gateway 2>&1) || die "the gateway logged no drain"
-note "the stack stopped in ${stop_s}s (the gateway in ${gw_s}s), gateway exit 0; $ok requests answered 200, $refused refused after the listener closed, none cut"
+sigterm=$(podman logs "$gw_id" 2>&1 | grep '"msg":"shutting down"' | tail -1 | jq -r .time)
+[ -n "$sigterm" ] || die "the gateway logged no drain"
+exit_s=$(awk -v a="$(epoch "$sigterm")" -v b="$gw_fin" 'BEGIN { printf "%.1f", b - a }')
+note "the stack stopped in ${stop_s}s (the gateway exited ${gw_s}s after the command, ${exit_s}s after its SIGTERM), gateway exit 0; $ok requests answered 200, $refused refused after the listener closed, none cut"
 compose start >/dev/null 2>&1 || die "docker-compose start failed"
 wait_healthy postgres redis gateway
 survives "after stop and start"
