@@ -338,10 +338,14 @@ mkdir -p "$RUN_DIR/healthy"
 echo $! > "$RUN_DIR/health.pid"
 
 step "docker-compose build gateway (deploy/Dockerfile, unchanged)"
+build_start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 compose build gateway > "$RUN_DIR/build.log" 2>&1 || {
   tail -40 "$RUN_DIR/build.log" >&2
   die "the image did not build"
 }
+# Earlier builds' untagged images (the build stage, about 2 GB each; they
+# carry the stand-ins' labels); this build's stay as the layer cache.
+podman image prune -f --filter label=org.realty-gateway.stand-in=true --filter "until=$build_start" >/dev/null 2>&1 || true
 
 step "the image: size, user, healthcheck without a shell"
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
