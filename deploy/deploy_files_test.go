@@ -1,6 +1,7 @@
-// Package deploy checks the deploy files (docker-compose.yml, deploy/):
-// no container engine runs on the build machines, so the files are read,
-// not run. Each check names what a reviewer found wrong once. The tests
+// Package deploy checks the deploy files (docker-compose.yml, deploy/) as
+// text; deploy/compose/check.sh runs the image and the Compose stack (on
+// podman, with stand-ins for the official images). Each check names what a
+// reviewer found wrong once. The tests
 // change the working directory, so none runs in parallel.
 package deploy
 
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -127,6 +129,54 @@ func TestComposeFile(t *testing.T) {
 	if b, err := os.ReadFile(".env.example"); err != nil || regexp.MustCompile(`(?m)^[A-Z_]+=.+$`).Match(b) {
 		t.Errorf(".env.example missing or holding a value: %v", err)
 	}
+
+	// The stack signs ES256 and publishes its key (docs/security.md, "Token
+	// keys"): a secret in the file or in .env would make it sign HS256.
+	gw := services["gateway"]
+	for _, file := range []string{"docker-compose.yml", ".env.example"} {
+		b, _ := os.ReadFile(file)
+		for _, v := range []string{"GATEWAY_JWT_SECRET", "GATEWAY_JWT_KEYS"} {
+			if bytes.Contains(b, []byte(v)) {
+				t.Errorf("%s names %s: the stack would sign HS256, and its JWKS would publish no key", file, v)
+			}
+		}
+	}
+	// Hardened as deploy/k8s/gateway.yaml: writable only in its volume.
+	if at(gw, "read_only") != true || !slices.Equal(asStrings(at(gw, "cap_drop")), []string{"ALL"}) ||
+		!slices.Contains(asStrings(at(gw, "security_opt")), "no-new-privileges:true") {
+		t.Error("the gateway is not read_only, with cap_drop [ALL] and no-new-privileges:true")
+	}
+	// The drain fits the stop: Compose's stop_grace_period (10 s unless
+	// set) above the shutdown delay, the drain and the admin listener's 1 s.
+	grace := 10 * time.Second
+	if g, ok := at(gw, "stop_grace_period").(string); ok {
+		var err error
+		if grace, err = time.ParseDuration(g); err != nil {
+			t.Fatalf("stop_grace_period: %v", err)
+		}
+	}
+	if need := shutdownTime(t, func(v string) string { s, _ := at(gw, "environment", v).(string); return s }); need >= grace {
+		t.Errorf("the gateway's shutdown takes up to %v, beyond the stop grace %v: it is killed mid-drain", need, grace)
+	}
+}
+
+// shutdownTime is the longest a gateway takes from SIGTERM to exit:
+// GATEWAY_SHUTDOWN_DELAY + GATEWAY_SHUTDOWN_TIMEOUT (as env gives them,
+// else the defaults) + the admin listener's second.
+func shutdownTime(t *testing.T, env func(string) string) time.Duration {
+	t.Helper()
+	d := gatewayconfig.Defaults().Server
+	total := time.Second
+	for v, def := range map[string]time.Duration{"GATEWAY_SHUTDOWN_DELAY": d.ShutdownDelay, "GATEWAY_SHUTDOWN_TIMEOUT": d.ShutdownTimeout} {
+		if s := env(v); s != "" {
+			var err error
+			if def, err = time.ParseDuration(s); err != nil {
+				t.Fatalf("%s: %v", v, err)
+			}
+		}
+		total += def
+	}
+	return total
 }
 
 // TestComposeObservabilityProfile: the profile's Prometheus scrapes the
@@ -312,8 +362,14 @@ func TestKubernetesManifest(t *testing.T) {
 		}
 	}
 	delay, _ := strconv.Atoi(strings.TrimSuffix(config["GATEWAY_SHUTDOWN_DELAY"].(string), "s"))
-	if at(c, "lifecycle", "preStop", "sleep", "seconds") != delay {
-		t.Errorf("preStop sleep %v does not match GATEWAY_SHUTDOWN_DELAY %ds", at(c, "lifecycle", "preStop", "sleep", "seconds"), delay)
+	preStop, _ := at(c, "lifecycle", "preStop", "sleep", "seconds").(int)
+	if preStop != delay {
+		t.Errorf("preStop sleep %v does not match GATEWAY_SHUTDOWN_DELAY %ds", preStop, delay)
+	}
+	// The kubelet's grace covers the preStop sleep and the whole shutdown.
+	need := time.Duration(preStop)*time.Second + shutdownTime(t, func(v string) string { s, _ := config[v].(string); return s })
+	if grace, _ := at(pod, "terminationGracePeriodSeconds").(int); time.Duration(grace)*time.Second <= need {
+		t.Errorf("terminationGracePeriodSeconds %d does not cover the preStop sleep and the shutdown (%v)", grace, need)
 	}
 
 	// Ports against the defaults; the probe paths and the image's
