@@ -50,6 +50,9 @@ type server struct {
 	headers []string
 	// next is where a walk of distinct listings (walk.lua) goes on.
 	next int
+	// oneThread: wrk drives it with one thread (-tokens' concurrent
+	// pairs, two wrk at once).
+	oneThread bool
 }
 
 // lab holds everything one run starts, so that stopAll can end it.

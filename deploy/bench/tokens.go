@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"maps"
@@ -254,8 +255,66 @@ func (l *lab) tokensBench(ctx context.Context, w *strings.Builder) error {
 		}
 		w.WriteString("\n")
 	}
+	if err := l.tokensTogether(ctx, w, cases); err != nil {
+		return err
+	}
 	if l.opts.profileSet && l.opts.profile {
 		return l.profileTokens(ctx, w, names)
+	}
+	return nil
+}
+
+// tokensTogether runs each case at the same time as the HS256 case of its
+// shape, -reps times: two wrk -t1 with half the connections each, for
+// -duration. The two share the machine's load at every moment, so their
+// ratio is free of the swings between one run and the next that the
+// interleaved runs see on a shared machine; what one request costs more
+// (the gateway, its client and the kernel together) shows as fewer
+// requests.
+func (l *lab) tokensTogether(ctx context.Context, w *strings.Builder, cases []tokenCase) error {
+	type pair struct{ name, base string }
+	var pairs []pair
+	for _, c := range cases {
+		base := "redis-hs256"
+		if c.embedded {
+			base = "embedded-hs256"
+		}
+		if c.name != base && l.servers[base] != nil {
+			pairs = append(pairs, pair{c.name, base})
+		}
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	ratios := map[string][]float64{}
+	for rep := range l.opts.reps {
+		log.Printf("together: repetition %d of %d", rep+1, l.opts.reps)
+		for _, p := range pairs {
+			// The padded token's case is the HS256 gateway itself: the two
+			// then share one process, each with its own connections.
+			a, b := l.servers[p.name], l.servers[p.base]
+			a.oneThread, b.oneThread = true, true
+			var ra, rb result
+			var ea, eb error
+			done := make(chan struct{})
+			go func() { rb, eb = l.load(ctx, b, l.opts.conns/2, l.opts.duration, false, ""); close(done) }()
+			ra, ea = l.load(ctx, a, l.opts.conns/2, l.opts.duration, false, "")
+			<-done
+			a.oneThread, b.oneThread = false, false
+			if err := errors.Join(ea, eb); err != nil {
+				return err
+			}
+			ratios[p.name] = append(ratios[p.name], ra.rps/rb.rps)
+		}
+	}
+	fmt.Fprintf(w, "\n### Together: each case at the same time as HS256 of its shape, wrk -t1 -c%d on each, -d%v, %d repetitions\n\n",
+		l.opts.conns/2, l.opts.duration, l.opts.reps)
+	for _, p := range pairs {
+		fmt.Fprintf(w, "- %s / %s: **%.3f×** requests/s (the median repetition's ratio); each repetition:", p.name, p.base, medianF(ratios[p.name]))
+		for _, r := range ratios[p.name] {
+			fmt.Fprintf(w, " %.3f", r)
+		}
+		w.WriteString("\n")
 	}
 	return nil
 }
