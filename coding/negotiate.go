@@ -18,6 +18,12 @@ import "bytes"
 // ok is false when no coding the gateway sends is acceptable: the answer
 // is then 406. It allocates nothing.
 func Negotiate(lines [][]byte) (c Coding, ok bool) {
+	if len(lines) == 0 {
+		// No field: what weigh would give (identity alone, weight 1),
+		// without weighing every coding on the hot hit of a client that
+		// sends none.
+		return Identity, true
+	}
 	weight := weigh(lines)
 	best, bestWeight := Identity, weight[Identity]
 	for _, c := range preference() {

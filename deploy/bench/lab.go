@@ -50,6 +50,9 @@ type server struct {
 	headers []string
 	// next is where a walk of distinct listings (walk.lua) goes on.
 	next int
+	// oneThread: wrk drives it with one thread (-tokens' concurrent
+	// pairs, two wrk at once).
+	oneThread bool
 }
 
 // lab holds everything one run starts, so that stopAll can end it.
@@ -64,10 +67,12 @@ type lab struct {
 	redisAddr  string
 	prefix     string
 	apiKey     string
-	token      string
-	body       []byte // the hot listing's response bytes
-	servers    map[string]*server
-	started    []*exec.Cmd
+	// embeddedAPIKey is the bench firm's key in the embedded store.
+	embeddedAPIKey string
+	token          string
+	body           []byte // the hot listing's response bytes
+	servers        map[string]*server
+	started        []*exec.Cmd
 }
 
 func (l *lab) prepare(ctx context.Context) error {
@@ -224,6 +229,8 @@ func (l *lab) seed(ctx context.Context) error {
 		}
 		if i == 0 { // the token of PostgreSQL's user is good on every gateway: one secret
 			l.apiKey = f["apiKey"].(string)
+		} else { // but for a gateway signing with a key of its own
+			l.embeddedAPIKey, _ = f["apiKey"].(string)
 		}
 	}
 	n := 0
@@ -542,8 +549,12 @@ func (l *lab) login() error {
 }
 
 // loginAt logs the bench's user in at the gateway on addr.
-func (l *lab) loginAt(addr string) (string, error) {
-	body := fmt.Sprintf(`{"email":"bench@bench.example","key":%q}`, l.apiKey)
+func (l *lab) loginAt(addr string) (string, error) { return l.loginWith(addr, l.apiKey) }
+
+// loginWith logs the bench's user in at the gateway on addr with the
+// firm's API key key.
+func (l *lab) loginWith(addr, key string) (string, error) {
+	body := fmt.Sprintf(`{"email":"bench@bench.example","key":%q}`, key)
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/auth/login", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "bench")

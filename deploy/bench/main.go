@@ -26,6 +26,11 @@
 //	-memory    -memory-listings different listings read once by 8 clients, RSS and heap, with Redis and embedded (memory.go)
 //	-codings   hot hits and store misses, identity against Chrome's Accept-Encoding: requests/s, bytes, CPU, and a
 //	           listing's memory in Redis with its variants (codings.go); only when named
+//	-tokens    the hot hit by the token's algorithm, in both shapes (Redis configured; embedded: SQLite, no Redis),
+//	           interleaved, every other repetition in the reverse order: HS256, EdDSA and ES256 gateways, an HS256
+//	           token padded to the EdDSA token's length and an EdDSA key of a two-character kid (the A/B of the
+//	           token's size); the ratios to HS256 of the same shape, of the medians and of each repetition's pair
+//	           (tokens.go; -tokens-cases picks cases, -profile adds a perf profile of each); only when named
 //	-release   the release comparison, alone (not part of the whole run): builds -against REV (default 5aa46a5, the
 //	           release before the change feed and revocation) from its own tree in a git worktree of the run's temporary
 //	           directory, and this tree (uncommitted changes included) as usual; starts two gateways of each, each on
@@ -109,11 +114,12 @@ func main() {
 	flag.BoolVar(&opts.longtail, "longtail", false, "run gateway-longtail against naive-longtail")
 	flag.BoolVar(&opts.memory, "memory", false, "run the memory case")
 	flag.BoolVar(&opts.codings, "codings", false, "run hot hits and misses as identity against Chrome's Accept-Encoding (codings.go); not part of the whole run")
-	flag.BoolVar(&opts.tokens, "tokens", false, "run the hot hit with HS256, EdDSA and ES256 tokens, interleaved (tokens.go); not part of the whole run")
+	flag.BoolVar(&opts.tokens, "tokens", false, "run the hot hit with HS256, EdDSA and ES256 tokens, Redis configured and embedded, interleaved (tokens.go); not part of the whole run")
+	flag.StringVar(&opts.tokenCases, "tokens-cases", "", "with -tokens: the cases to run, comma separated (empty: all; see tokens.go)")
 	flag.IntVar(&opts.longtailListings, "longtail-listings", 1_000_000, "with -longtail: listings in PostgreSQL")
 	flag.Float64Var(&opts.zipfS, "zipf-s", 1.1, "with -longtail: the Zipf exponent of the requests (> 1)")
 	flag.IntVar(&opts.memoryListings, "memory-listings", 100_000, "with -memory: listings read once each")
-	flag.BoolVar(&opts.profile, "profile", true, "with -miss: record a profile of each miss case with perf (with -idle or -release: only when given)")
+	flag.BoolVar(&opts.profile, "profile", true, "with -miss: record a profile of each miss case with perf (with -idle, -release or -tokens: only when given)")
 	flag.IntVar(&opts.profileLines, "profile-lines", 20, "with -profile: lines of each profile's list with callees")
 	flag.BoolVar(&opts.release, "release", false, "compare this tree's gateway with -against's on the hot hit, alone (against.go)")
 	flag.StringVar(&opts.against, "against", "5aa46a5", "with -release: the commit to compare with, built from its own tree (giving it implies -release, but for -burst)")
@@ -195,6 +201,7 @@ type options struct {
 	// the parts to run
 	cases, miss, longtail, memory, codings, tokens bool
 	quick                                          bool
+	tokenCases                                     string
 	longtailListings                               int
 	zipfS                                          float64
 	memoryListings                                 int

@@ -95,7 +95,7 @@ type wrkReport struct {
 // load drives one server with wrk and reads its CPU and memory around it.
 func (l *lab) load(ctx context.Context, s *server, conns int, d time.Duration, pinned bool, script string) (result, error) {
 	threads := 2
-	if pinned {
+	if pinned || s.oneThread {
 		threads = 1
 	}
 	if script == "" {
@@ -112,7 +112,7 @@ func (l *lab) load(ctx context.Context, s *server, conns int, d time.Duration, p
 			return result{}, err
 		}
 	}
-	path := filepath.Join(l.work, "script.lua")
+	path := filepath.Join(l.work, s.name+".lua") // its own: two loads may run at once (-tokens)
 	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
 		return result{}, err
 	}
