@@ -500,12 +500,16 @@ ID=$(jq -r .id "$BODY")
 NO=$(jq -r .no "$BODY")
 [ "$ID" -gt 0 ] 2>/dev/null || die "the created listing has no id: $(cat "$BODY")"
 # The miss: Redis holds nothing of it yet, after the read it does; the row
-# is PostgreSQL's.
+# is PostgreSQL's. The write left a copy in the gateway's local tier, kept
+# at most the local max age (GATEWAY_CACHE_LOCAL_MAX_AGE, 2 s) from the
+# write's start: past it, the read goes to Redis, then the store.
 compose exec -T redis redis-cli FLUSHALL </dev/null >/dev/null
+sleep 2.5
 [ "$(psql_q "SELECT count(*) FROM listings WHERE id = $ID")" = 1 ] || die "PostgreSQL holds no listing $ID"
 expect 200 GET "$GW/realty/$ID" "$TOKEN"
 xcache=$(header X-Cache)
 [ "$(jq -r .title "$BODY")" = "Compose check: two rooms by the park" ] || die "GET /realty/$ID: $(cat "$BODY")"
+[ "$xcache" = MISS ] || die "the first read after Redis was flushed is X-Cache $xcache, not a miss"
 keys=$(compose exec -T redis redis-cli DBSIZE </dev/null | tr -d '\r')
 [ "$keys" -gt 0 ] || die "the miss left nothing in Redis"
 expect 200 GET "$GW/realty/$FIRM-$NO" "$TOKEN"
