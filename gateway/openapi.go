@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 
 	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/upstream"
@@ -21,10 +22,10 @@ var openAPIYAML []byte
 type documentVariants [coding.Count]struct{ body, etag []byte }
 
 // smaller returns cod where its body is smaller than the identity body,
-// else Identity where the request accepts it (lines: its Accept-Encoding):
-// a coding that does not shrink the body is not sent.
-func smaller(cod coding.Coding, compressed, identity int, lines [][]byte) coding.Coding {
-	if cod == coding.Identity || compressed < identity || !coding.Acceptable(lines, coding.Identity) {
+// else Identity where req's Accept-Encoding accepts it: a coding that does
+// not shrink the body is not sent. It reads the field again only then.
+func smaller(cod coding.Coding, compressed, identity int, req *fasthttp.RequestHeader) coding.Coding {
+	if cod == coding.Identity || compressed < identity || !coding.Acceptable(req.PeekAll(fiber.HeaderAcceptEncoding), coding.Identity) {
 		return cod
 	}
 	return coding.Identity
@@ -91,12 +92,11 @@ func serveDocument(c *fiber.Ctx, doc *documentVariants, mediaType, cacheControl 
 	h := &c.Response().Header
 	req := &c.Request().Header
 	h.Set(fiber.HeaderVary, fiber.HeaderAcceptEncoding)
-	lines := req.PeekAll(fiber.HeaderAcceptEncoding)
-	cod, ok := coding.Negotiate(lines)
+	cod, ok := coding.Negotiate(req.PeekAll(fiber.HeaderAcceptEncoding))
 	if !ok {
 		return errNotAcceptable
 	}
-	cod = smaller(cod, len(doc[cod].body), len(doc[coding.Identity].body), lines)
+	cod = smaller(cod, len(doc[cod].body), len(doc[coding.Identity].body), req)
 	v := doc[cod]
 	h.SetBytesV(fiber.HeaderETag, v.etag)
 	h.Set(fiber.HeaderCacheControl, cacheControl)

@@ -81,7 +81,7 @@ func (s *Server) view(c *fiber.Ctx) error {
 		if body, err = s.listings.Variant(e, cod); err != nil {
 			return err
 		}
-		cod = smaller(cod, len(body), len(e.Body), req.PeekAll(fiber.HeaderAcceptEncoding))
+		cod = smaller(cod, len(body), len(e.Body), req)
 		if cod == coding.Identity {
 			body = e.Body
 		}
