@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/realty-gateway/gateway/internal/testenv"
@@ -28,7 +28,7 @@ func newCollector(t *testing.T) (*collector, string) {
 	c := &collector{spans: map[string][]string{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		var req coltrace.ExportTraceServiceRequest
+		var req tracepb.TracesData // wire-compatible with ExportTraceServiceRequest
 		if err := proto.Unmarshal(b, &req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

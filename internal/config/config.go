@@ -99,7 +99,9 @@ func Load(environ map[string]string) (Config, error) {
 	if err := env.ParseWithOptions(&cfg, env.Options{Prefix: EnvPrefix, Environment: environ}); err != nil {
 		return cfg, fmt.Errorf("config environment: %s: %w", strings.Join(unparsable(environ), ", "), err)
 	}
-	cfg.Tracing.fromEnviron(environ)
+	if err := cfg.Tracing.fromEnviron(environ); err != nil {
+		return cfg, fmt.Errorf("config environment: %w", err)
+	}
 	return cfg, cfg.validate()
 }
 

@@ -405,10 +405,23 @@ func TestTracingSettings(t *testing.T) {
 		{name: "SDK disabled", give: Tracing{OTLPEndpoint: "http://collector:4318"}, environ: map[string]string{"OTEL_SDK_DISABLED": "TRUE"}},
 		{name: "not http", give: Tracing{OTLPEndpoint: "collector:4318"}, wantOn: true, wantErr: "http:// or https://"},
 		{name: "credentials in the URL", give: Tracing{OTLPEndpoint: "https://user:pw@collector:4318"}, wantOn: true, wantErr: "OTEL_EXPORTER_OTLP_HEADERS"},
+		{name: "credentials in the standard URL", environ: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://user:pw@c:4318"}, wantOn: true, wantErr: "OTEL_EXPORTER_OTLP_HEADERS"},
+		{name: "headers that do not parse", environ: map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer pw@,junk"}, wantErr: "OTEL_EXPORTER_OTLP_HEADERS: pair 2"},
+		{name: "a timeout that is not milliseconds", environ: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "5s"}, wantErr: "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"},
+		{name: "an unknown compression", environ: map[string]string{"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}, wantErr: "gzip or none"},
+		{name: "a client key without its certificate", environ: map[string]string{"OTEL_EXPORTER_OTLP_CLIENT_KEY": "k.pem"}, wantErr: "go together"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.give.fromEnviron(tt.environ)
+			if err := tt.give.fromEnviron(tt.environ); err != nil {
+				if tt.wantErr == "" || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("fromEnviron() = %v, want %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "pw@") || strings.Contains(err.Error(), "5s") {
+					t.Errorf("the error repeats a value: %v", err)
+				}
+				return
+			}
 			if got := tt.give.On(); got != tt.wantOn {
 				t.Errorf("On() = %v, want %v", got, tt.wantOn)
 			}
@@ -420,5 +433,60 @@ func TestTracingSettings(t *testing.T) {
 				t.Errorf("the error repeats the credentials: %v", err)
 			}
 		})
+	}
+}
+
+// TestTracingExport checks where spans go and how, from the standard
+// variables: a traces-only variable wins over the general one, and the
+// gateway's own endpoint over both.
+func TestTracingExport(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    Tracing
+		environ map[string]string
+		want    OTLPExport
+	}{
+		{name: "defaults", environ: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"},
+			want: OTLPExport{URL: "http://c:4318/v1/traces", Timeout: 10 * time.Second}},
+		{name: "the traces endpoint as it is", environ: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:1/x"},
+			want: OTLPExport{URL: "http://t:1/x", Timeout: 10 * time.Second}},
+		{name: "ours first", give: Tracing{OTLPEndpoint: "https://g:4318"}, environ: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:1/x"},
+			want: OTLPExport{URL: "https://g:4318/v1/traces", Timeout: 10 * time.Second}},
+		{name: "headers, timeout, gzip, certificates", give: Tracing{OTLPEndpoint: "https://g:4318"}, environ: map[string]string{
+			"OTEL_EXPORTER_OTLP_HEADERS":         "Authorization=Bearer%20t0k, X-Tenant = a%2Cb",
+			"OTEL_EXPORTER_OTLP_TRACES_HEADERS":  "X-Only=traces",
+			"OTEL_EXPORTER_OTLP_TIMEOUT":         "2500",
+			"OTEL_EXPORTER_OTLP_COMPRESSION":     "GZIP",
+			"OTEL_EXPORTER_OTLP_CERTIFICATE":     "ca.pem",
+			"OTEL_EXPORTER_OTLP_CLIENT_KEY":      "k.pem",
+			"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": "c.pem",
+		}, want: OTLPExport{URL: "https://g:4318/v1/traces", Headers: map[string]string{"X-Only": "traces"}, Timeout: 2500 * time.Millisecond,
+			Gzip: true, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem"}},
+		{name: "general headers", environ: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20t0k, X-Tenant = a%2Cb"},
+			want: OTLPExport{URL: "http://c/v1/traces", Headers: map[string]string{"Authorization": "Bearer t0k", "X-Tenant": "a,b"}, Timeout: 10 * time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.give.fromEnviron(tt.environ); err != nil {
+				t.Fatal(err)
+			}
+			if got := tt.give.Export(); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Export() = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTracesURL(t *testing.T) {
+	tests := []struct{ give, want string }{
+		{give: "http://collector:4318", want: "http://collector:4318/v1/traces"},
+		{give: "http://collector:4318/", want: "http://collector:4318/v1/traces"},
+		{give: "https://otel.example/otlp", want: "https://otel.example/otlp/v1/traces"},
+		{give: "http://collector:4318/v1/traces", want: "http://collector:4318/v1/traces"},
+	}
+	for _, tt := range tests {
+		if got := tracesURL(tt.give); got != tt.want {
+			t.Errorf("tracesURL(%q) = %q, want %q", tt.give, got, tt.want)
+		}
 	}
 }

@@ -4,24 +4,22 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"regexp"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/realty-gateway/gateway/internal/config"
 )
 
-// OpenTracing returns the tracer provider exporting over OTLP/HTTP in
-// batches, or nil when tracing is off. Its Shutdown flushes the last spans.
+// OpenTracing returns the tracer provider exporting over OTLP/HTTP
+// (protobuf) in batches, or nil when tracing is off. Its Shutdown flushes the last spans.
 // The OpenTelemetry SDK reports export failures and its own diagnostics
 // through process-wide hooks; OpenTracing points both at log, with any
 // credentials in a URL masked, instead of the SDK's plain-text default.
@@ -33,11 +31,11 @@ func OpenTracing(ctx context.Context, cfg config.Tracing, log *slog.Logger) (*sd
 		log.Warn("tracing: spans not exported", "err", maskURLCredentials(err.Error()))
 	}))
 	otel.SetLogger(logr.FromSlogHandler(log.Handler()))
-	var opts []otlptracehttp.Option
-	if cfg.OTLPEndpoint != "" {
-		opts = append(opts, otlptracehttp.WithEndpointURL(tracesURL(string(cfg.OTLPEndpoint))))
+	client, err := newOTLPClient(cfg.Export())
+	if err != nil {
+		return nil, err
 	}
-	exp, err := otlptracehttp.New(ctx, opts...)
+	exp, err := otlptrace.New(ctx, client)
 	if err != nil {
 		return nil, fmt.Errorf("tracing exporter: %w", err)
 	}
@@ -55,17 +53,6 @@ var urlCredentials = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@`)
 
 // maskURLCredentials masks the user information of every URL in s.
 func maskURLCredentials(s string) string { return urlCredentials.ReplaceAllString(s, "${1}***@") }
-
-// tracesURL adds the signal's path to a collector's base URL, as the SDK
-// does with OTEL_EXPORTER_OTLP_ENDPOINT.
-func tracesURL(base string) string {
-	u, err := url.Parse(base)
-	if err != nil || strings.HasSuffix(u.Path, "/v1/traces") {
-		return base
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
-	return u.String()
-}
 
 // tracingResource names this service; OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES override it.

@@ -14,17 +14,3 @@ func TestMaskURLCredentials(t *testing.T) {
 		}
 	}
 }
-
-func TestTracesURL(t *testing.T) {
-	tests := []struct{ give, want string }{
-		{give: "http://collector:4318", want: "http://collector:4318/v1/traces"},
-		{give: "http://collector:4318/", want: "http://collector:4318/v1/traces"},
-		{give: "https://otel.example/otlp", want: "https://otel.example/otlp/v1/traces"},
-		{give: "http://collector:4318/v1/traces", want: "http://collector:4318/v1/traces"},
-	}
-	for _, tt := range tests {
-		if got := tracesURL(tt.give); got != tt.want {
-			t.Errorf("tracesURL(%q) = %q, want %q", tt.give, got, tt.want)
-		}
-	}
-}
