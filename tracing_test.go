@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/realty-gateway/gateway/cache"
+	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/gateway"
 	"github.com/realty-gateway/gateway/internal/config"
 	"github.com/realty-gateway/gateway/internal/demo"
@@ -132,7 +133,7 @@ func TestTraceSpanTrees(t *testing.T) {
 	}
 	// A miss of another listing loads the cache's scripts into this new
 	// Redis: the trees below are those of a Redis that holds them.
-	if _, err := p.listings.Get(ctx, cache.ByID(stored[1].ID)); err != nil {
+	if _, err := p.listings.Get(ctx, cache.ByID(stored[1].ID), coding.Identity); err != nil {
 		t.Fatal(err)
 	}
 	app := p.srv.App()

@@ -30,7 +30,7 @@ const (
 )
 
 // admit says whether copy r, found under k in the tier from, may answer a
-// read at now (unix ms). Every read path asks it: Local, the flight's
+// read at now (unix ms). Every read path asks it: Local and the flight's
 // look at the shared tier, and through them Get, Load and the gateway.
 // The checks run cheapest and most common first: a hit costs a few
 // compares and, for a Redis copy, two atomic loads.

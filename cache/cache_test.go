@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/internal/faultproxy"
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
@@ -174,6 +175,13 @@ func testDeps(src Source, prefix string) Deps {
 	return Deps{Source: src, Log: quietLog(), LoadTimeout: 2 * time.Second, Prefix: prefix}
 }
 
+// cachedAt is what this process's memory answers for k at now, without
+// I/O: the local tier's part of Get.
+func (c *Cache) cachedAt(k Key, now time.Time) (Entry, bool) {
+	e, err := c.Local(k, now)
+	return e, err == nil
+}
+
 // must fails t when a cache could not be built.
 func must(t testing.TB) func(*Cache, error) *Cache {
 	return func(c *Cache, err error) *Cache {
@@ -268,7 +276,7 @@ func TestMissWritesBothKeysAndLaterReadsSkipTheStore(t *testing.T) {
 	c, rdb, prefix := newRedisCache(t, src)
 	ctx := context.Background()
 
-	e, err := c.Get(ctx, ByID(42))
+	e, err := c.Get(ctx, ByID(42), coding.Identity)
 	if err != nil || e.State != Miss {
 		t.Fatalf("first read: state %v, err %v; want MISS", e.State, err)
 	}
@@ -279,7 +287,7 @@ func TestMissWritesBothKeysAndLaterReadsSkipTheStore(t *testing.T) {
 		}
 	}
 	for _, k := range []Key{ByID(42), ByNumber(7, 3)} {
-		e, err := c.Get(ctx, k)
+		e, err := c.Get(ctx, k, coding.Identity)
 		if err != nil || e.State != Hit {
 			t.Fatalf("read %+v: state %v, err %v; want HIT", k, e.State, err)
 		}
@@ -306,7 +314,7 @@ func TestConcurrentMissesMakeOneStoreCall(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, err := c.Get(context.Background(), ByID(5))
+					_, err := c.Get(context.Background(), ByID(5), coding.Identity)
 					errs <- err
 				}()
 			}
@@ -345,14 +353,14 @@ func TestWaiterHonoursItsOwnContext(t *testing.T) {
 			defer cancelLeader()
 			leader := make(chan error, 1)
 			go func() {
-				_, err := c.Get(leaderCtx, ByID(5))
+				_, err := c.Get(leaderCtx, ByID(5), coding.Identity)
 				leader <- err
 			}()
 			testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 })
 
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 			defer cancel()
-			if _, err := c.Get(ctx, ByID(5)); !errors.Is(err, context.DeadlineExceeded) {
+			if _, err := c.Get(ctx, ByID(5), coding.Identity); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("waiter err = %v, want its own deadline", err)
 			}
 			close(src.gate)
@@ -390,7 +398,7 @@ func TestLoadRunsOnTheCallersGoroutineWhenItsDeadlineAllows(t *testing.T) {
 				ctx, cancel = context.WithTimeout(context.Background(), tt.timeout)
 			}
 			defer cancel()
-			e, err := c.Get(ctx, ByID(5))
+			e, err := c.Get(ctx, ByID(5), coding.Identity)
 			if err != nil || e.State != Miss {
 				t.Fatalf("Get = %v, %v; want a miss", e.State, err)
 			}
@@ -409,11 +417,11 @@ func TestLeaderCancellationDoesNotFailWaiters(t *testing.T) {
 	c, _, _ := newRedisCache(t, src)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { _, _ = c.Get(ctx, ByID(5)) }()
+	go func() { _, _ = c.Get(ctx, ByID(5), coding.Identity) }()
 	testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 })
 	waiter := make(chan error, 1)
 	go func() {
-		_, err := c.Get(context.Background(), ByID(5))
+		_, err := c.Get(context.Background(), ByID(5), coding.Identity)
 		waiter <- err
 	}()
 	cancel()
@@ -428,7 +436,7 @@ func TestAbsentListingIsCachedBriefly(t *testing.T) {
 	c, rdb, prefix := newRedisCache(t, src)
 	ctx := context.Background()
 	for range 3 {
-		if _, err := c.Get(ctx, ByID(99)); !errors.Is(err, upstream.ErrNotFound) {
+		if _, err := c.Get(ctx, ByID(99), coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatalf("err = %v, want ErrNotFound", err)
 		}
 	}
@@ -456,13 +464,13 @@ func TestStaleServedWhileStoreFails(t *testing.T) {
 			src := newSource(listing(8, 2, 4, true))
 			c, _, _ := newRedisCache(t, src)
 			ctx := context.Background()
-			if _, err := c.Get(ctx, ByID(8)); err != nil {
+			if _, err := c.Get(ctx, ByID(8), coding.Identity); err != nil {
 				t.Fatal(err)
 			}
 			src.fail(upstream.ErrUnavailable)
 			start := time.Now()
 			c.now = func() time.Time { return start.Add(tt.give) }
-			e, err := c.Get(ctx, ByNumber(2, 4))
+			e, err := c.Get(ctx, ByNumber(2, 4), coding.Identity)
 			if err != nil || e.State != tt.wantState {
 				t.Fatalf("state %v, err %v; want %v", e.State, err, tt.wantState)
 			}
@@ -474,7 +482,7 @@ func TestUnavailableWhenNothingCached(t *testing.T) {
 	src := newSource(listing(8, 2, 4, true))
 	src.fail(upstream.ErrUnavailable)
 	c, _, _ := newRedisCache(t, src)
-	if _, err := c.Get(context.Background(), ByID(8)); !errors.Is(err, upstream.ErrUnavailable) {
+	if _, err := c.Get(context.Background(), ByID(8), coding.Identity); !errors.Is(err, upstream.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
 }
@@ -498,7 +506,7 @@ func TestCorruptValueIsAMiss(t *testing.T) {
 			c, rdb, prefix := newRedisCache(t, src)
 			ctx := context.Background()
 			rdb.Set(ctx, prefix+"realty:id:8", tt.give, time.Minute)
-			e, err := c.Get(ctx, ByID(8))
+			e, err := c.Get(ctx, ByID(8), coding.Identity)
 			if err != nil || e.State != Miss {
 				t.Fatalf("state %v, err %v; want MISS", e.State, err)
 			}
@@ -535,7 +543,7 @@ func TestRedisDownReadsThroughToTheStore(t *testing.T) {
 	src := newSource(listing(3, 1, 1, true))
 	c := must(t)(NewRedis(rdb, 50*time.Millisecond, testConfig(), testDeps(src, "")))
 	for range 2 {
-		e, err := c.Get(context.Background(), ByID(3))
+		e, err := c.Get(context.Background(), ByID(3), coding.Identity)
 		if err != nil || e.State != Miss {
 			t.Fatalf("state %v, err %v; want MISS from the store", e.State, err)
 		}
@@ -549,7 +557,7 @@ func TestLocalCacheDoesNotCacheAbsence(t *testing.T) {
 	src := newSource()
 	c := must(t)(NewLocal(testConfig(), testDeps(src, "")))
 	for range 2 {
-		if _, err := c.Get(context.Background(), ByID(1)); !errors.Is(err, upstream.ErrNotFound) {
+		if _, err := c.Get(context.Background(), ByID(1), coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatal(err)
 		}
 	}
@@ -617,7 +625,7 @@ func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
 	// the test's patience.
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
 	defer cancel()
-	e, err := c.Get(ctx, ByID(3))
+	e, err := c.Get(ctx, ByID(3), coding.Identity)
 	if err != nil || e.State != Miss {
 		t.Fatalf("state %v, err %v; want MISS from the store within the deadline", e.State, err)
 	}
@@ -654,7 +662,7 @@ func TestFrozenRedisCostsOneTimeoutPerOperation(t *testing.T) {
 	cfg.LocalBytes = 0 // every read asks Redis
 	c := must(t)(NewRedis(rdb, timeout, cfg, deps))
 	// The pipeline's connection is up when Redis stops answering.
-	if _, err := c.Get(context.Background(), ByID(1)); err != nil {
+	if _, err := c.Get(context.Background(), ByID(1), coding.Identity); err != nil {
 		t.Fatal(err)
 	}
 	proxy.Freeze()
@@ -674,7 +682,7 @@ func TestFrozenRedisCostsOneTimeoutPerOperation(t *testing.T) {
 		for _, l := range ls {
 			wg.Go(func() {
 				start := time.Now()
-				_, err := c.Get(context.Background(), ByNumber(1, l.No))
+				_, err := c.Get(context.Background(), ByNumber(1, l.No), coding.Identity)
 				took := time.Since(start)
 				mu.Lock()
 				worst = max(worst, took)
@@ -768,7 +776,7 @@ func TestMissLooksAtRedisOnceWithALocalTier(t *testing.T) {
 			trips.commands, trips.scripts = nil, nil
 			trips.mu.Unlock()
 
-			if e, err := c.Get(ctx, ByID(42)); err != nil || e.State != Miss {
+			if e, err := c.Get(ctx, ByID(42), coding.Identity); err != nil || e.State != Miss {
 				t.Fatalf("Get = %v, %v; want a MISS", e.State, err)
 			}
 			trips.mu.Lock()
@@ -801,7 +809,7 @@ func TestMissWritesBothKeysAndAHitReadsOne(t *testing.T) {
 	cfg.LocalBytes = 0
 	c := must(t)(NewRedis(rdb, time.Second, cfg, testDeps(newSource(listing(42, 7, 3, true)), prefix)))
 	ctx := context.Background()
-	if _, err := c.Get(ctx, ByID(42)); err != nil {
+	if _, err := c.Get(ctx, ByID(42), coding.Identity); err != nil {
 		t.Fatal(err)
 	}
 	setUp := func(name string) bool { return name == "hello" || name == "client" } // of new connections
@@ -823,7 +831,7 @@ func TestMissWritesBothKeysAndAHitReadsOne(t *testing.T) {
 		}
 	}
 	trips.commands, trips.pipelines = nil, nil
-	if e, err := c.Get(ctx, ByNumber(7, 3)); err != nil || e.State != Hit {
+	if e, err := c.Get(ctx, ByNumber(7, 3), coding.Identity); err != nil || e.State != Hit {
 		t.Fatalf("second read: %v %v", e.State, err)
 	}
 	if trips.commands = slices.DeleteFunc(trips.commands, setUp); len(trips.commands) != 1 || trips.commands[0] != "get" || len(trips.pipelines) != 0 {
@@ -854,7 +862,7 @@ func TestConcurrentMissesShareRoundTrips(t *testing.T) {
 	errs := make(chan error, misses)
 	for _, l := range ls {
 		wg.Go(func() {
-			_, err := c.Get(ctx, ByID(l.ID))
+			_, err := c.Get(ctx, ByID(l.ID), coding.Identity)
 			errs <- err
 		})
 	}
@@ -916,7 +924,7 @@ func TestGuardedSetsSurviveAScriptFlush(t *testing.T) {
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Get(ctx, tt.key); err != nil && !errors.Is(err, upstream.ErrNotFound) {
+		if _, err := c.Get(ctx, tt.key, coding.Identity); err != nil && !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatal(err)
 		}
 		if n, err := rdb.Exists(ctx, tt.want...).Result(); err != nil || n != int64(len(tt.want)) {
@@ -933,7 +941,7 @@ func TestTierHitsCountRedisHits(t *testing.T) {
 	c, _, _ := newRedisCache(t, src) // not subscribed: no local tier
 	ctx := context.Background()
 	for _, k := range []Key{ByID(42), ByID(42), ByNumber(7, 3)} {
-		if _, err := c.Get(ctx, k); err != nil {
+		if _, err := c.Get(ctx, k, coding.Identity); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -70,7 +71,7 @@ func TestFlightsAreSharedOnlyWhileWritesAreHeard(t *testing.T) {
 	src.gate = make(chan struct{})
 	first := make(chan Entry, 1)
 	go func() {
-		e, err := deaf.Get(ctx, ByID(5))
+		e, err := deaf.Get(ctx, ByID(5), coding.Identity)
 		if err != nil {
 			t.Error(err)
 		}
@@ -85,7 +86,7 @@ func TestFlightsAreSharedOnlyWhileWritesAreHeard(t *testing.T) {
 	}
 	second := make(chan Entry, 1)
 	go func() {
-		e, err := deaf.Get(ctx, ByID(5))
+		e, err := deaf.Get(ctx, ByID(5), coding.Identity)
 		if err != nil {
 			t.Error(err)
 		}

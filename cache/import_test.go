@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
 )
@@ -30,7 +31,7 @@ func TestImportStreamReplacesAbsences(t *testing.T) {
 	}
 	c, _, _ := newRedisCache(t, s) // absences are cached in Redis only
 	for _, k := range []Key{ByID(2), ByNumber(firm.ID, 2)} {
-		if _, err := c.Get(ctx, k); !errors.Is(err, upstream.ErrNotFound) {
+		if _, err := c.Get(ctx, k, coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatalf("Get(%+v) before the import: %v; want ErrNotFound", k, err)
 		}
 	}
@@ -47,7 +48,7 @@ func TestImportStreamReplacesAbsences(t *testing.T) {
 		t.Fatalf("ImportStream() = %d, %v, progress %d; want %d", got, err, done, n)
 	}
 	for _, k := range []Key{ByID(2), ByNumber(firm.ID, 2)} {
-		if _, err := c.Get(ctx, k); err != nil {
+		if _, err := c.Get(ctx, k, coding.Identity); err != nil {
 			t.Fatalf("Get(%+v) after the import: %v; want the imported listing", k, err)
 		}
 	}

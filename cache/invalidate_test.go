@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -59,7 +60,7 @@ func TestSubscriptionLivenessTellsAStarvedProcessFromALostSubscription(t *testin
 				return msg, err
 			}
 			running(t, c)
-			if _, err := c.Get(context.Background(), ByID(5)); err != nil {
+			if _, err := c.Get(context.Background(), ByID(5), coding.Identity); err != nil {
 				t.Fatal(err)
 			}
 			gen := c.front.generation()
@@ -119,16 +120,16 @@ func TestAWriteOutwaitsASlowAcknowledgement(t *testing.T) {
 			}
 			running(t, slow)
 			ctx := context.Background()
-			if e, err := slow.Get(ctx, ByID(5)); err != nil || e.revision != 1 {
+			if e, err := slow.Get(ctx, ByID(5), coding.Identity); err != nil || e.revision != 1 {
 				t.Fatalf("first read: %v, %v", e.revision, err)
 			}
-			if _, ok := slow.Cached(ByID(5), time.Now()); !ok {
+			if _, ok := slow.cachedAt(ByID(5), time.Now()); !ok {
 				t.Fatal("the slow gateway keeps no local copy")
 			}
 			if _, err := writer.Replace(ctx, src.listings[5], listing(5, 1, 1, true), upstream.Precondition{}); err != nil {
 				t.Fatal(err)
 			}
-			e, err := slow.Get(ctx, ByID(5))
+			e, err := slow.Get(ctx, ByID(5), coding.Identity)
 			once.Do(func() { close(readAfterWrite) })
 			if err != nil || e.revision != tt.wantRevision {
 				t.Fatalf("read after the write returned: revision %d, %v; want %d", e.revision, err, tt.wantRevision)
@@ -153,7 +154,7 @@ func TestALocalCopyAgesFromTheStartOfItsRead(t *testing.T) {
 	c := running(t, must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix))))
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Get(context.Background(), ByID(5))
+		_, err := c.Get(context.Background(), ByID(5), coding.Identity)
 		done <- err
 	}()
 	testenv.WaitFor(t, func() bool { return src.looked.Load() == 1 })
@@ -163,10 +164,10 @@ func TestALocalCopyAgesFromTheStartOfItsRead(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.Cached(ByID(5), inRead); !ok {
+	if _, ok := c.cachedAt(ByID(5), inRead); !ok {
 		t.Fatal("the read's copy was not kept")
 	}
-	if _, ok := c.Cached(ByID(5), inRead.Add(maxAge)); ok {
+	if _, ok := c.cachedAt(ByID(5), inRead.Add(maxAge)); ok {
 		t.Fatal("the copy is served a max age after its read began: it ages from when the read ended")
 	}
 }

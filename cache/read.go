@@ -25,28 +25,32 @@ import (
 //	        fill:      both keys, version-guarded, ending the lease; then
 //	                   the local tier
 //
-// A caller that answers hot listings before it sets up anything for a
-// miss (the gateway) calls Local, then Load.
+// The gateway calls Local, then Load, itself: its request context costs a
+// timer and allocations that a hit from memory must not pay, and a
+// context built lazily would outlive the request inside a flight.
 
 // ErrNotCached is Local's answer where this process holds no copy it may
 // serve: the read goes on with Load.
 var ErrNotCached = errors.New("not in this process's cache")
 
-// Get returns the listing under k. It returns upstream.ErrNotFound for a
-// listing that does not exist and upstream.ErrUnavailable when the store
-// fails and nothing usable is cached. It returns by ctx's deadline, as
-// Load does.
-func (c *Cache) Get(ctx context.Context, k Key) (Entry, error) {
+// Get returns the listing under k: from this process's memory when it
+// holds a copy it may serve, with no I/O and without using ctx, else past
+// it through the key's flight, whose fill for a client that accepts coding
+// cod carries the body compressed with it. It returns upstream.ErrNotFound
+// for a listing that does not exist, and upstream.ErrUnavailable when the
+// store fails and nothing usable is cached. It returns by ctx's deadline,
+// with ctx's error when that comes first, while the flight goes on for
+// the other callers.
+func (c *Cache) Get(ctx context.Context, k Key, cod coding.Coding) (Entry, error) {
 	e, err := c.Local(k, c.now())
 	if err == ErrNotCached { //nolint:errorlint // Local returns it bare
-		return c.Load(ctx, k, coding.Identity)
+		return c.Load(ctx, k, cod)
 	}
 	return e, err
 }
 
 // Local answers from this process's memory alone: a fresh listing, or
 // upstream.ErrNotFound for a listing it knows deleted, else ErrNotCached.
-// It does no I/O.
 func (c *Cache) Local(k Key, now time.Time) (Entry, error) {
 	r, ok := c.local.lookup(k, now)
 	if !ok {
@@ -66,17 +70,9 @@ func (c *Cache) Local(k Key, now time.Time) (Entry, error) {
 	return Entry{}, ErrNotCached
 }
 
-// Cached is Local for a caller that wants only a listing.
-func (c *Cache) Cached(k Key, now time.Time) (Entry, bool) {
-	e, err := c.Local(k, now)
-	return e, err == nil
-}
-
-// Load reads k past the local tier: it joins or starts the key's flight
-// (flights.go), which reads the shared tier, then the store, and fills
-// both keys. A fill for a client that accepts coding cod carries the body
-// compressed with it. Load returns by ctx's deadline, with ctx's error
-// when that comes first, while the flight goes on for the other callers.
+// Load reads k past the local tier, as Get does: it joins or starts the
+// key's flight (flights.go), which reads the shared tier, then the store,
+// and fills both keys.
 func (c *Cache) Load(ctx context.Context, k Key, cod coding.Coding) (Entry, error) {
 	name := k.name(c.prefix)
 	ctx, endWait := c.traceWait(ctx)

@@ -3,6 +3,8 @@ package cache
 import (
 	"context"
 	"testing"
+
+	"github.com/realty-gateway/gateway/coding"
 )
 
 // BenchmarkRedisHit is a hit that Redis answers (no local tier), on a
@@ -17,12 +19,12 @@ func BenchmarkRedisHit(b *testing.B) {
 	defer cancel()
 	go c.Run(ctx)
 	<-c.Subscribed()
-	if _, err := c.Get(ctx, ByID(77)); err != nil {
+	if _, err := c.Get(ctx, ByID(77), coding.Identity); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if e, err := c.Get(ctx, ByID(77)); err != nil || e.State != Hit {
+		if e, err := c.Get(ctx, ByID(77), coding.Identity); err != nil || e.State != Hit {
 			b.Fatal(e.State, err)
 		}
 	}

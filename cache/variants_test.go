@@ -51,10 +51,10 @@ func inflate(t *testing.T, c coding.Coding, b []byte) []byte {
 // read answers a read of k as the gateway does: from memory, else Get.
 func read(t *testing.T, c *Cache, k Key) Entry {
 	t.Helper()
-	if e, ok := c.Cached(k, time.Now()); ok {
+	if e, ok := c.cachedAt(k, time.Now()); ok {
 		return e
 	}
-	e, err := c.Get(context.Background(), k)
+	e, err := c.Get(context.Background(), k, coding.Identity)
 	if err != nil {
 		t.Fatalf("Get(%v): %v", k, err)
 	}
@@ -256,9 +256,9 @@ func TestCompressingMissCarriesItsVariant(t *testing.T) {
 	cfg.LocalBytes = 0
 	c := must(t)(NewRedis(rdb, time.Second, cfg, testDeps(newSource(listing(42, 7, 3, true)), prefix)))
 	ctx := context.Background()
-	e, err := c.Load(ctx, ByID(42), coding.Gzip)
+	e, err := c.Get(ctx, ByID(42), coding.Gzip)
 	if err != nil || e.State != Miss {
-		t.Fatalf("Load = %v, %v; want a MISS", e.State, err)
+		t.Fatalf("Get = %v, %v; want a MISS", e.State, err)
 	}
 	b, err := c.Variant(e, coding.Gzip)
 	if err != nil || !bytes.Equal(inflate(t, coding.Gzip, b), e.Body) {

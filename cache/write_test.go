@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -38,7 +39,7 @@ func TestSlowFillDoesNotOverwriteAnUpdate(t *testing.T) {
 			src.gate = gate
 			fill := make(chan Entry, 1)
 			go func() {
-				e, _ := c.Get(ctx, ByID(9))
+				e, _ := c.Get(ctx, ByID(9), coding.Identity)
 				fill <- e
 			}()
 			testenv.WaitFor(t, func() bool { return src.looked.Load() == 1 }) // the fill has read "old"
@@ -57,7 +58,7 @@ func TestSlowFillDoesNotOverwriteAnUpdate(t *testing.T) {
 			}
 
 			for _, k := range []Key{ByID(9), ByNumber(3, 5)} {
-				e, err := c.Get(ctx, k)
+				e, err := c.Get(ctx, k, coding.Identity)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -77,7 +78,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 			ctx := context.Background()
 
 			// A cached "absent" must not outlive the create.
-			if _, err := c.Get(ctx, ByID(4)); !errors.Is(err, upstream.ErrNotFound) {
+			if _, err := c.Get(ctx, ByID(4), coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
 				t.Fatalf("before create: %v", err)
 			}
 			l := listing(4, 2, 1, true)
@@ -87,7 +88,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 			}
 			loads := src.calls.Load()
 			for _, k := range []Key{ByID(4), ByNumber(2, 1)} {
-				e, err := c.Get(ctx, k)
+				e, err := c.Get(ctx, k, coding.Identity)
 				if err != nil || e.State != Hit || titleOf(t, e.Body) != "created" {
 					t.Fatalf("read %+v after create: %v %v", k, e.State, err)
 				}
@@ -102,7 +103,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, k := range []Key{ByID(4), ByNumber(2, 1)} {
-				e, err := c.Get(ctx, k)
+				e, err := c.Get(ctx, k, coding.Identity)
 				if err != nil || titleOf(t, e.Body) != "replaced" {
 					t.Fatalf("read %+v after replace: %v", k, err)
 				}
@@ -112,7 +113,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, k := range []Key{ByID(4), ByNumber(2, 1)} {
-				if _, err := c.Get(ctx, k); !errors.Is(err, upstream.ErrNotFound) {
+				if _, err := c.Get(ctx, k, coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
 					t.Fatalf("read %+v after delete: %v, want ErrNotFound", k, err)
 				}
 			}
@@ -178,7 +179,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	writer, tier, other, prefix := failingWriter(t, src)
 	ctx := context.Background()
 
-	if _, err := writer.Get(ctx, ByID(6)); err != nil { // both keys now hold "old"
+	if _, err := writer.Get(ctx, ByID(6), coding.Identity); err != nil { // both keys now hold "old"
 		t.Fatal(err)
 	}
 	tier.broken.Store(true)
@@ -191,7 +192,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 		t.Fatalf("incoherent = %d, want both keys counted", got)
 	}
 	for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
-		e, err := writer.Get(ctx, k)
+		e, err := writer.Get(ctx, k, coding.Identity)
 		if err != nil || titleOf(t, e.Body) != "new" {
 			t.Fatalf("writer read %+v: %v %v; a dirty key was served", k, err, e.State)
 		}
@@ -207,7 +208,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	})
 	cancel()
 	for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
-		e, err := other.Get(ctx, k)
+		e, err := other.Get(ctx, k, coding.Identity)
 		if err != nil || titleOf(t, e.Body) != "new" {
 			t.Fatalf("other process read %+v after repair: %v %q", k, err, e.Body)
 		}
@@ -225,7 +226,7 @@ func holdFill(t *testing.T, c *Cache, src *source, id int64) (release chan struc
 	src.mu.Unlock()
 	go func() {
 		defer close(done)
-		_, _ = c.Get(context.Background(), ByID(id))
+		_, _ = c.Get(context.Background(), ByID(id), coding.Identity)
 	}()
 	testenv.WaitFor(t, func() bool { return src.looked.Load() == before+1 })
 	src.mu.Lock()
@@ -257,7 +258,7 @@ func TestSlowFillAfterAFailedPublish(t *testing.T) {
 
 	for _, c := range []*Cache{writer, other} {
 		for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
-			e, err := c.Get(ctx, k)
+			e, err := c.Get(ctx, k, coding.Identity)
 			if err != nil || titleOf(t, e.Body) != "new" {
 				t.Fatalf("read %+v: %v %q; the slow fill brought the old version back", k, err, e.Body)
 			}
@@ -282,7 +283,7 @@ func TestDeleteWinsOverASlowFill(t *testing.T) {
 			close(release)
 			<-done
 			for _, k := range []Key{ByID(8), ByNumber(1, 8)} {
-				if e, err := c.Get(context.Background(), k); !errors.Is(err, upstream.ErrNotFound) {
+				if e, err := c.Get(context.Background(), k, coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
 					t.Fatalf("read %+v after delete: %v %q, want ErrNotFound", k, err, e.Body)
 				}
 			}
@@ -300,7 +301,7 @@ func TestWriteWithUnknownOutcomeRemovesTheKeys(t *testing.T) {
 			src := newSource(old)
 			c := tt.give(src)
 			ctx := context.Background()
-			if _, err := c.Get(ctx, ByID(3)); err != nil {
+			if _, err := c.Get(ctx, ByID(3), coding.Identity); err != nil {
 				t.Fatal(err)
 			}
 			src.lostCommit = true
@@ -310,7 +311,7 @@ func TestWriteWithUnknownOutcomeRemovesTheKeys(t *testing.T) {
 				t.Fatalf("err = %v", err)
 			}
 			for _, k := range []Key{ByID(3), ByNumber(1, 3)} {
-				e, err := c.Get(ctx, k)
+				e, err := c.Get(ctx, k, coding.Identity)
 				if err != nil || titleOf(t, e.Body) != "new" {
 					t.Fatalf("read %+v after a lost commit: %v %q", k, err, e.Body)
 				}
@@ -345,7 +346,7 @@ func TestPurgeRemovesBothKeysEverywhere(t *testing.T) {
 			}
 			replica, admin := caches[0], caches[1]
 			for _, k := range []Key{ByID(42), ByNumber(7, 3), ByID(42)} {
-				if _, err := replica.Get(ctx, k); err != nil {
+				if _, err := replica.Get(ctx, k, coding.Identity); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -362,7 +363,7 @@ func TestPurgeRemovesBothKeysEverywhere(t *testing.T) {
 				t.Fatalf("%d keys left in Redis", n)
 			}
 			for _, k := range []Key{ByNumber(7, 3), ByID(42)} {
-				if _, err := replica.Get(ctx, k); err != nil {
+				if _, err := replica.Get(ctx, k, coding.Identity); err != nil {
 					t.Fatal(err)
 				}
 			}
