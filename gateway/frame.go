@@ -206,3 +206,11 @@ func newRequestIDPrefix() (string, error) {
 	}
 	return hex.EncodeToString(b) + "-", nil
 }
+
+// requestTime is when the request arrived, read once by the server.
+func requestTime(c *fiber.Ctx) time.Time {
+	if t := c.Context().Time(); !t.IsZero() {
+		return t
+	}
+	return time.Now() // a handler driven without a server, as in benchmarks
+}
