@@ -2,8 +2,6 @@ package feed
 
 import (
 	"context"
-
-	"github.com/realty-gateway/gateway/upstream"
 )
 
 // backfillBatch is how many listings one idle poll gives a body.
@@ -16,7 +14,7 @@ const backfillBatch = 200
 func (w *worker) backfill(ctx context.Context, after int64) (int64, error) {
 	ids, err := call(ctx, w.s, func(ctx context.Context) ([]int64, error) { return w.s.StaleBodies(ctx, after, backfillBatch) })
 	if err == nil && len(ids) > 0 {
-		_, err = call(ctx, w.s, func(ctx context.Context) (map[int64]upstream.ListingState, error) { return w.s.Listings(ctx, ids) })
+		_, err = call(ctx, w.s, func(ctx context.Context) (struct{}, error) { return struct{}{}, w.s.KeepBodies(ctx, ids) })
 	}
 	if err != nil {
 		return after, err

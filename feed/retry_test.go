@@ -106,6 +106,13 @@ func (s *flakySession) Listings(ctx context.Context, ids []int64) (map[int64]ups
 	return s.FeedSession.Listings(ctx, ids)
 }
 
+func (s *flakySession) KeepBodies(ctx context.Context, ids []int64) error {
+	if err := s.partitioned(ctx); err != nil {
+		return err
+	}
+	return s.FeedSession.KeepBodies(ctx, ids)
+}
+
 func (s *flakySession) StaleBodies(ctx context.Context, after int64, limit int) ([]int64, error) {
 	if err := s.partitioned(ctx); err != nil {
 		return nil, err

@@ -107,9 +107,13 @@ type FeedSession interface {
 	// Unpurged returns up to limit changes applied at least after ago
 	// but not yet done.
 	Unpurged(ctx context.Context, after time.Duration, limit int) ([]Change, error)
-	// Listings reads the current state of these listing ids, keeping the
-	// response body of each live one whose body is not current.
+	// Listings reads the current state of these listing ids. A live one
+	// whose kept response body is not current gets one, whose date it
+	// answers (Encoded.Modified).
 	Listings(ctx context.Context, ids []int64) (map[int64]ListingState, error)
+	// KeepBodies keeps the response body of each live listing of ids
+	// whose kept body is not current: the backfill's write.
+	KeepBodies(ctx context.Context, ids []int64) error
 	// StaleBodies returns up to limit ids above after, in order, of live
 	// listings whose kept response body is missing or older than the row.
 	StaleBodies(ctx context.Context, after int64, limit int) ([]int64, error)

@@ -694,7 +694,7 @@ func testStoredBodies(t *testing.T, s FeedStore, exec Exec) {
 // testImportedBodiesNotStale: an import keeps each listing's body from the
 // start (its document), so the consumer's backfill, which decodes and
 // encodes every stale one, finds none of them stale; a row whose kept
-// body is gone is.
+// body is gone is, until KeepBodies keeps one.
 func testImportedBodiesNotStale(t *testing.T, s FeedStore, exec Exec) {
 	ctx := context.Background()
 	f := seed(t, s)
@@ -712,6 +712,15 @@ func testImportedBodiesNotStale(t *testing.T, s FeedStore, exec Exec) {
 	}
 	if ids, err = fs.StaleBodies(ctx, a.ID-1, 10); err != nil || !slices.Contains(ids, a.ID) {
 		t.Fatalf("StaleBodies = %v, %v; want the listing whose kept body is gone", ids, err)
+	}
+	if err := fs.KeepBodies(ctx, []int64{a.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err = fs.StaleBodies(ctx, a.ID-1, 10); err != nil || slices.Contains(ids, a.ID) {
+		t.Fatalf("StaleBodies = %v, %v after KeepBodies; want its body kept", ids, err)
+	}
+	if err := exec(ctx, `UPDATE listings SET body_revision = NULL, document_body_revision = NULL WHERE id = $1`, a.ID); err != nil {
+		t.Fatal(err)
 	}
 	// A current document without its tag is no kept body either.
 	if err := exec(ctx, `UPDATE listings SET document_body_revision = revision, etag = NULL WHERE id = $1`, a.ID); err != nil {

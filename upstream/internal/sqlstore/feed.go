@@ -204,18 +204,47 @@ func (s *Session) keepBodies(ctx context.Context, encoded []upstream.Encoded, ou
 }
 
 // Listings reads the rows of ids: the listing as a read returns it, or a
-// tombstone; an id without a row is Gone.
+// tombstone; an id without a row is Gone. It keeps the body it made for a
+// live listing without a current one, and answers its kept date.
 func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream.ListingState, error) {
+	out, encoded, err := s.states(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.keepBodies(ctx, encoded, out); err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; !ok {
+			out[id] = upstream.ListingState{Listing: upstream.Listing{ID: id}, Gone: true}
+		}
+	}
+	return out, nil
+}
+
+// KeepBodies keeps the response body of each live listing of ids whose
+// kept body is not current.
+func (s *Session) KeepBodies(ctx context.Context, ids []int64) error {
+	out, encoded, err := s.states(ctx, ids)
+	if err != nil {
+		return err
+	}
+	return s.keepBodies(ctx, encoded, out)
+}
+
+// states reads the rows of ids, and the bodies it made for live listings
+// without a current one, for keepBodies.
+func (s *Session) states(ctx context.Context, ids []int64) (map[int64]upstream.ListingState, []upstream.Encoded, error) {
 	out := make(map[int64]upstream.ListingState, len(ids))
 	if len(ids) == 0 {
-		return out, nil
+		return out, nil, nil
 	}
 	in, args := inList(ids, 0)
 	rows, err := s.db.Query(ctx, `SELECT id, firm_id, no, firm_user_id, is_active, revision, deleted, document,
 		CASE WHEN body_revision = revision THEN body END, `+currentTag+`, `+currentModified+`
 		FROM listings WHERE id IN (`+in+`)`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("changed listings: %w", err)
+		return nil, nil, fmt.Errorf("changed listings: %w", err)
 	}
 	defer rows.Close()
 	var encoded []upstream.Encoded // to keep: made here
@@ -228,7 +257,7 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 			modified  *int64
 		)
 		if err := rows.Scan(&c.id, &c.firmID, &c.no, &c.firmUserID, &c.active, &c.revision, &st.Deleted, &doc, &body, &etag, &modified); err != nil {
-			return nil, fmt.Errorf("changed listings: %w", err)
+			return nil, nil, fmt.Errorf("changed listings: %w", err)
 		}
 		if !st.Deleted {
 			st.Listing, err = c.listing(doc)
@@ -251,18 +280,9 @@ func (s *Session) Listings(ctx context.Context, ids []int64) (map[int64]upstream
 		out[c.id] = st
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("changed listings: %w", err)
+		return nil, nil, fmt.Errorf("changed listings: %w", err)
 	}
-	rows.Close()
-	if err := s.keepBodies(ctx, encoded, out); err != nil {
-		return nil, err
-	}
-	for _, id := range ids {
-		if _, ok := out[id]; !ok {
-			out[id] = upstream.ListingState{Listing: upstream.Listing{ID: id}, Gone: true}
-		}
-	}
-	return out, nil
+	return out, encoded, nil
 }
 
 func (s *Session) StaleBodies(ctx context.Context, after int64, limit int) ([]int64, error) {
