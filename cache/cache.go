@@ -227,13 +227,17 @@ func (d Deps) validate(cfg Config) error {
 // Cache is the read-through listing cache.
 type Cache struct {
 	src Source
-	// local and shared are the read's tier stages (local.go, shared.go).
+	// local and shared are the read's tier stages (local.go, shared.go);
+	// local is nil where there is none.
 	local  localTier
 	shared sharedTier
 	// front and inv are the tier in front of Redis and the invalidations
-	// that keep it coherent; nil without them.
+	// that keep it coherent; redis is the Redis tier itself, for what
+	// only Redis does (leases, variants added in place, its identity).
+	// Each is nil without it.
 	front *front
 	inv   *invalidator
+	redis *redisTier
 	cfg   Config
 	log   *slog.Logger
 	// prefix is put before every key; loadTimeout bounds a shared miss.
@@ -307,7 +311,7 @@ func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, de
 		return nil, err
 	}
 	rt := newRedisTier(rdb, opTimeout, deps.Log)
-	var local localTier = noLocal{}
+	var local localTier // none: a nil interface, not a nil *front
 	var f *front
 	if cfg.LocalBytes > 0 {
 		f = newFront(cfg.LocalBytes, cfg.LocalMaxAge)
@@ -329,7 +333,7 @@ func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, de
 	if c.tracer != nil {
 		c.shared = traced{sharedTier: c.shared, tracer: c.tracer}
 	}
-	c.front = f
+	c.front, c.redis = f, rt
 	c.inv = newInvalidator(invalidatorDeps{rdb: rdb, prefix: deps.Prefix, wait: cfg.InvalidationWait, timeout: opTimeout,
 		front: f, apply: c.applyInvalidations, lost: c.trust.distrust, log: deps.Log})
 	rt.filled, rt.leaseTTL = c.inv.filled, c.loadTimeout
@@ -356,7 +360,12 @@ func NewLocal(cfg Config, deps Deps, opts ...Option) (*Cache, error) {
 
 // TierBreakerState is the state of the Redis tier's breaker; closed
 // without Redis.
-func (c *Cache) TierBreakerState() breaker.State { return c.shared.breakerState() }
+func (c *Cache) TierBreakerState() breaker.State {
+	if c.redis == nil {
+		return breaker.Closed
+	}
+	return c.redis.breakerState()
+}
 
 // Run keeps, until ctx ends, the subscription that makes the front tier
 // coherent, the verification of Redis against the change feed, and the
@@ -393,7 +402,9 @@ func (c *Cache) applyInvalidations(items []Invalidation) {
 		c.flights.forget(ByID(it.ID).name(c.prefix))
 		c.flights.forget(ByNumber(it.FirmID, it.No).name(c.prefix))
 	}
-	c.local.invalidate(items, c.now(), c.floorFor())
+	if c.front != nil {
+		c.front.invalidate(items, c.now(), c.floorFor())
+	}
 }
 
 // floorFor is how long a revision seen invalidated refuses older puts:

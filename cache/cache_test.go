@@ -950,21 +950,5 @@ func TestTierHitsCountRedisHits(t *testing.T) {
 	}
 }
 
-// redisOf is c's Redis tier under its wrappers; nil without Redis.
-func redisOf(c *Cache) *redisTier {
-	t := c.shared
-	for {
-		switch w := t.(type) {
-		case *redisTier:
-			return w
-		case *observedTier:
-			t = w.sharedTier
-		case traced:
-			t = w.sharedTier
-		case *failingWrites:
-			t = w.sharedTier
-		default:
-			return nil
-		}
-	}
-}
+// redisOf is c's Redis tier; nil without Redis.
+func redisOf(c *Cache) *redisTier { return c.redis }

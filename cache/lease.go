@@ -185,6 +185,13 @@ const releaseScript = endLease + `
 return 1
 `
 
+// release ends h, if this process holds it, without a fill.
+func (c *Cache) release(h hold) {
+	if c.redis != nil {
+		c.redis.release(h)
+	}
+}
+
 // release ends h without a fill (the holder's store failed) and tells the
 // waiting gateways. Best effort, without waiting: a lost release costs the
 // waiters their poll, or the lease its expiry.

@@ -7,15 +7,13 @@ import (
 	"unsafe"
 
 	"github.com/maypok86/otter/v2"
-
-	"github.com/realty-gateway/gateway/breaker"
 )
 
 // memory is the only tier of a gateway without Redis: records by key
 // name, bounded by bytes (S3-FIFO through otter). It is both stages of a
 // read: the local one, looked up without I/O, and the shared one, which
-// fills, writes and the change feed write to. As a local tier it keeps
-// nothing of its own: the fill has written it already.
+// fills, writes and the change feed write to. Its variants are shared in
+// process: it has no record to add them to.
 type memory struct {
 	mu     sync.Mutex // makes the revision check and the write one step
 	cache  *otter.Cache[string, *localValue]
@@ -65,10 +63,6 @@ func (m *memory) lookup(k Key, now time.Time) (*record, bool) {
 	return &v.r, true
 }
 
-func (m *memory) generation() uint64                                  { return 0 }
-func (m *memory) keep(Key, record, uint64, time.Time)                 {}
-func (m *memory) invalidate([]Invalidation, time.Time, time.Duration) {}
-
 // get takes no lease: there is no fleet to share a load with.
 func (m *memory) get(_ context.Context, name string, _ hold) ([]byte, leaseState, error) {
 	v, ok := m.cache.GetIfPresent(name)
@@ -77,8 +71,6 @@ func (m *memory) get(_ context.Context, name string, _ hold) ([]byte, leaseState
 	}
 	return v.b, noLease, nil
 }
-
-func (m *memory) release(hold) {}
 
 func (m *memory) fill(_ context.Context, names []string, r record, ttl time.Duration, _ hold) []error {
 	for _, name := range names {
@@ -157,14 +149,6 @@ func (m *memory) reweigh(k Key, v *variants) {
 		return &next, otter.WriteOp
 	})
 }
-
-// addVariants has nothing to do: the variants are shared in process, and
-// reweigh charged them.
-func (m *memory) addVariants([]string, record) {}
-
-func (m *memory) identity(context.Context) (string, error) { return "", errNoRedis }
-func (m *memory) empty(context.Context) (bool, error)      { return false, errNoRedis }
-func (m *memory) breakerState() breaker.State              { return breaker.Closed }
 
 // localWeight is what a value costs the heap: its key, its encoded record
 // (which its parsed record's slices point into), its variants made since,

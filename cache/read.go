@@ -52,6 +52,9 @@ func (c *Cache) Get(ctx context.Context, k Key, cod coding.Coding) (Entry, error
 // Local answers from this process's memory alone: a fresh listing, or
 // upstream.ErrNotFound for a listing it knows deleted, else ErrNotCached.
 func (c *Cache) Local(k Key, now time.Time) (Entry, error) {
+	if c.local == nil {
+		return Entry{}, ErrNotCached
+	}
 	r, ok := c.local.lookup(k, now)
 	if !ok {
 		return Entry{}, ErrNotCached
@@ -135,10 +138,10 @@ func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Codin
 	found := m.lookShared(ctx)
 	switch found.v {
 	case admitted:
-		c.local.keep(k, found.r, m.began.gen, m.began.at)
+		c.keepLocal(k, found.r, m.began)
 		return loaded{r: found.r, state: Hit}, nil
 	case coalesced:
-		c.local.keep(k, found.r, m.began.gen, m.began.at)
+		c.keepLocal(k, found.r, m.began)
 		return loaded{r: found.r, state: Miss, collapsed: true}, nil
 	case absent:
 		return loaded{absent: true}, notFound(name)
@@ -156,7 +159,7 @@ type since struct {
 	at  time.Time
 }
 
-func (c *Cache) since() since { return since{gen: c.local.generation(), at: c.now()} }
+func (c *Cache) since() since { return since{gen: c.generation(), at: c.now()} }
 
 // lookShared reads the key from the shared tier, within the tier's
 // operation timeout, and admits what it holds. Where the key is cold the
@@ -220,7 +223,7 @@ func (m *miss) loadStore(ctx context.Context, prev look) (loaded, error) {
 		c.remember(ctx, absence, c.cfg.Negative, m.hold, m.name)
 		return loaded{}, err
 	case err != nil:
-		c.shared.release(m.hold)
+		c.release(m.hold)
 		if prev.v.fallback() && prev.r.kind != kindAbsent {
 			c.log.DebugContext(ctx, "serving stale listing", "key", m.name, "err", err)
 			return loaded{r: prev.r, state: Stale}, nil
@@ -242,7 +245,7 @@ func (m *miss) fill(ctx context.Context, r record) {
 	c := m.c
 	names := [2]string{ByID(r.id).name(c.prefix), ByNumber(r.firmID, r.no).name(c.prefix)}
 	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, m.hold, names[:]...)
-	c.local.keep(m.k, r, m.began.gen, m.began.at)
+	c.keepLocal(m.k, r, m.began)
 }
 
 // remember writes r under names in the shared tier, each guarded by its
@@ -256,7 +259,7 @@ func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, h hol
 		return ttl <= 0 || dirty && r.revision < rev
 	})
 	if !slices.Contains(names, h.name) {
-		c.shared.release(h)
+		c.release(h)
 	}
 	if len(names) == 0 {
 		return

@@ -3,8 +3,6 @@ package cache
 import (
 	"context"
 	"time"
-
-	"github.com/realty-gateway/gateway/breaker"
 )
 
 // sharedTier is the stage a read reaches past the local tier and its
@@ -25,18 +23,6 @@ type sharedTier interface {
 	write(ctx context.Context, writes []keyWrite) []error
 	// del removes a key.
 	del(ctx context.Context, name string) error
-	// release ends the lease h without a fill and tells the gateways that
-	// wait; best effort, without waiting (lease.go).
-	release(h hold)
-	// addVariants adds r's variants to the records under names that still
-	// hold r's version; best effort, without waiting.
-	addVariants(names []string, r record)
-	// identity names the Redis behind the tier; empty reports whether it
-	// holds no key at all. Both fail with errNoRedis without Redis.
-	identity(ctx context.Context) (string, error)
-	empty(ctx context.Context) (bool, error)
-	// breakerState is the state of the tier's breaker.
-	breakerState() breaker.State
 }
 
 // keyWrite is one key's part of a write or of applying a change.

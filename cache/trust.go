@@ -192,11 +192,21 @@ func feedCall[T any](ctx context.Context, timeout time.Duration, call func(conte
 
 // RedisIdentity names the Redis behind the client: the run ids of its
 // masters, which change with every restart and failover.
-func (c *Cache) RedisIdentity(ctx context.Context) (string, error) { return c.shared.identity(ctx) }
+func (c *Cache) RedisIdentity(ctx context.Context) (string, error) {
+	if c.redis == nil {
+		return "", errNoRedis
+	}
+	return c.redis.identity(ctx)
+}
 
 // RedisEmpty reports whether Redis holds no key at all: then it cannot
 // hold an old version of anything.
-func (c *Cache) RedisEmpty(ctx context.Context) (bool, error) { return c.shared.empty(ctx) }
+func (c *Cache) RedisEmpty(ctx context.Context) (bool, error) {
+	if c.redis == nil {
+		return false, errNoRedis
+	}
+	return c.redis.empty(ctx)
+}
 
 // trustedIdentity is the identity of the Redis this gateway verified, and
 // whether it trusts it now. Without Redis or a feed it trusts its one tier.

@@ -105,8 +105,12 @@ func (c *Cache) compressInto(r record, cod coding.Coding) {
 // version.
 func (c *Cache) variantKept(r record) {
 	keys := [2]Key{ByID(r.id), ByNumber(r.firmID, r.no)}
-	for _, k := range keys {
-		c.local.reweigh(k, r.variants)
+	if c.local != nil {
+		for _, k := range keys {
+			c.local.reweigh(k, r.variants)
+		}
 	}
-	c.shared.addVariants([]string{keys[0].name(c.prefix), keys[1].name(c.prefix)}, r)
+	if c.redis != nil {
+		c.redis.addVariants([]string{keys[0].name(c.prefix), keys[1].name(c.prefix)}, r)
+	}
 }

@@ -243,10 +243,10 @@ func (c *Cache) publish(ctx context.Context, l upstream.Listing, began time.Time
 		c.flights.forget(name)
 		ok = c.publishKey(ctx, name, r, c.cfg.Fresh+c.cfg.Stale) && ok
 	}
-	gen := c.local.generation()
+	s := since{gen: c.generation(), at: began}
 	c.applyInvalidations([]Invalidation{invalidationOf(l, l.Revision)})
-	c.local.keep(ByID(l.ID), r, gen, began)
-	c.local.keep(ByNumber(l.FirmID, l.No), r, gen, began)
+	c.keepLocal(ByID(l.ID), r, s)
+	c.keepLocal(ByNumber(l.FirmID, l.No), r, s)
 	return r.entry(Miss), ok, nil
 }
 
