@@ -4,29 +4,19 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 
 	"github.com/realty-gateway/gateway/cache"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// worker is one hold's state.
-type worker struct {
-	*Consumer
-	s        *session
-	purged   chan purged
-	mu       sync.Mutex     // guards inflight against the purger's callbacks
-	inflight map[int64]bool // records whose purge is under way
-}
-
 // step applies one batch of pending records and reports whether the batch
 // was full. Without an adopted Redis it applies nothing yet.
-func (w *worker) step(ctx context.Context, ready bool) (bool, error) {
+func (l *loop) step(ctx context.Context, ready bool) (bool, error) {
 	if !ready {
 		return false, nil
 	}
-	changes, err := call(ctx, w.s, func(ctx context.Context) ([]upstream.Change, error) {
-		return w.s.Pending(ctx, w.cfg.Settle, w.cfg.Batch)
+	changes, err := call(ctx, l.s, func(ctx context.Context) ([]upstream.Change, error) {
+		return l.s.Pending(ctx, l.cfg.Settle, l.cfg.Batch)
 	})
 	if err != nil {
 		return false, err
@@ -34,13 +24,13 @@ func (w *worker) step(ctx context.Context, ready bool) (bool, error) {
 	if len(changes) == 0 {
 		return false, nil
 	}
-	if !w.cfg.Enabled { // off: the records are only kept bounded
-		_, err := call(ctx, w.s, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, w.s.MarkApplied(ctx, seqsOf(changes), true)
+	if !l.cfg.Enabled { // off: the records are only kept bounded
+		_, err := call(ctx, l.s, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, l.s.MarkApplied(ctx, seqsOf(changes), true)
 		})
-		return len(changes) == w.cfg.Batch, err
+		return len(changes) == l.cfg.Batch, err
 	}
-	return len(changes) == w.cfg.Batch, w.apply(ctx, changes)
+	return len(changes) == l.cfg.Batch, l.apply(ctx, changes)
 }
 
 // listing is one listing's records of a batch, merged.
@@ -94,73 +84,73 @@ func merge(changes []upstream.Change) []*listing {
 
 // apply brings a batch to every tier and gateway, marks what was applied,
 // and queues the purges.
-func (w *worker) apply(ctx context.Context, changes []upstream.Change) error {
+func (l *loop) apply(ctx context.Context, changes []upstream.Change) error {
 	ls := merge(changes)
 	ids := make([]int64, len(ls))
-	for i, l := range ls {
-		ids[i] = l.id
+	for i, li := range ls {
+		ids[i] = li.id
 	}
-	states, err := call(ctx, w.s, func(ctx context.Context) (map[int64]upstream.ListingState, error) {
-		return w.s.Listings(ctx, ids)
+	states, err := call(ctx, l.s, func(ctx context.Context) (map[int64]upstream.ListingState, error) {
+		return l.s.Listings(ctx, ids)
 	})
 	if err != nil {
 		return err
 	}
 	batch := make([]cache.Change, len(ls))
-	for i, l := range ls {
-		batch[i] = cache.Change{State: states[l.id], Revision: l.revision, Numbers: l.numbers}
+	for i, li := range ls {
+		batch[i] = cache.Change{State: states[li.id], Revision: li.revision, Numbers: li.numbers}
 	}
 	var errs []error
-	w.s.outside(ctx, func(ctx context.Context) { errs = w.deps.Target.Apply(ctx, batch) })
+	l.s.outside(ctx, func(ctx context.Context) { errs = l.deps.Target.Apply(ctx, batch) })
 	var applied, done []int64
 	var purges []*listing
 	failed := 0
-	for i, l := range ls {
+	for i, li := range ls {
 		if errs[i] != nil {
 			stage := StageRedis
 			if errors.Is(errs[i], cache.ErrNotAnnounced) {
 				stage = StageAnnounce
 			}
-			w.errors[stage].Add(1)
+			l.errors[stage].Add(1)
 			failed++
 			continue
 		}
-		if l.replayed || l.created || w.deps.Purger == nil {
-			if l.created && !l.replayed && w.deps.Purger != nil {
-				w.unpurged.Add(1)
+		if li.replayed || li.created || l.deps.Purger == nil {
+			if li.created && !li.replayed && l.deps.Purger != nil {
+				l.unpurged.Add(1)
 			}
-			done = append(done, l.seqs...)
+			done = append(done, li.seqs...)
 			continue
 		}
-		applied = append(applied, l.seqs...)
-		purges = append(purges, l)
+		applied = append(applied, li.seqs...)
+		purges = append(purges, li)
 	}
-	if err := w.mark(ctx, done, true); err != nil {
+	if err := l.mark(ctx, done, true); err != nil {
 		return err
 	}
-	if err := w.mark(ctx, applied, false); err != nil {
+	if err := l.mark(ctx, applied, false); err != nil {
 		return err
 	}
-	for _, l := range purges {
-		w.purge(ctx, l.hard, l.id, l.seqs)
+	for _, li := range purges {
+		l.purge(ctx, li.hard, li.id, li.seqs)
 	}
 	if failed > 0 {
-		w.log.Debug("changes not applied; retried at the next poll", "listings", failed, "err", errors.Join(errs...))
+		l.log.Debug("changes not applied; retried at the next poll", "listings", failed, "err", errors.Join(errs...))
 	}
 	return nil
 }
 
-func (w *worker) mark(ctx context.Context, seqs []int64, done bool) error {
+func (l *loop) mark(ctx context.Context, seqs []int64, done bool) error {
 	if len(seqs) == 0 {
 		return nil
 	}
-	_, err := call(ctx, w.s, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, w.s.MarkApplied(ctx, seqs, done)
+	_, err := call(ctx, l.s, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.s.MarkApplied(ctx, seqs, done)
 	})
 	if err != nil {
 		return err
 	}
-	w.applied.Add(uint64(len(seqs)))
+	l.applied.Add(uint64(len(seqs)))
 	return nil
 }
 

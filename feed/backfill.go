@@ -11,16 +11,16 @@ const backfillBatch = 200
 // that lack a current one (written before bodies were kept, or by another
 // writer whose change was applied before), so that their misses do no
 // JSON work. It returns where to go on, -1 once none is left.
-func (w *worker) backfill(ctx context.Context, after int64) (int64, error) {
-	ids, err := call(ctx, w.s, func(ctx context.Context) ([]int64, error) { return w.s.StaleBodies(ctx, after, backfillBatch) })
+func (l *loop) backfill(ctx context.Context, after int64) (int64, error) {
+	ids, err := call(ctx, l.s, func(ctx context.Context) ([]int64, error) { return l.s.StaleBodies(ctx, after, backfillBatch) })
 	if err == nil && len(ids) > 0 {
-		_, err = call(ctx, w.s, func(ctx context.Context) (struct{}, error) { return struct{}{}, w.s.KeepBodies(ctx, ids) })
+		_, err = call(ctx, l.s, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.s.KeepBodies(ctx, ids) })
 	}
 	if err != nil {
 		return after, err
 	}
 	if len(ids) < backfillBatch {
-		w.log.Debug("listing bodies kept", "upTo", after)
+		l.log.Debug("listing bodies kept", "upTo", after)
 		return -1, nil
 	}
 	return ids[len(ids)-1], nil

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// Timings of the consumer's loop.
+// Timings of the consumer: every period and bound of the feed but the
+// configured ones (Config's Poll, Settle and Retention), in one place.
 const (
 	acquireEvery   = 500 * time.Millisecond // how often a gateway tries to become the consumer
 	acquireTimeout = 5 * time.Second        // bounds one try, on a store that does not answer
@@ -28,6 +30,12 @@ const (
 	// orphanAfter is how long a record may wait applied but not done
 	// before it is purged again: its purge was lost with a consumer.
 	orphanAfter = time.Minute
+	// Retries of a failed call on the session: the first waits retryFirst,
+	// each next one twice as long, at most retryMost (and a quarter lease).
+	retryFirst = 20 * time.Millisecond
+	retryMost  = time.Second
+	// closeTimeout bounds giving the feed up.
+	closeTimeout = time.Second
 )
 
 // consume applies the feed until the hold is lost or ctx ends.
@@ -47,9 +55,12 @@ func (c *Consumer) consume(ctx context.Context, fs upstream.FeedSession) error {
 // loop is the consuming loop over one hold: when each periodic duty last
 // ran, and what the duties carry from one round to the next.
 type loop struct {
-	c *Consumer
+	*Consumer
 	s *session
-	w *worker
+
+	purged   chan purged    // the purger's answers
+	mu       sync.Mutex     // guards inflight against the purger's callbacks
+	inflight map[int64]bool // records whose purge is under way
 
 	adopted        string    // the Redis the marks refer to; "" before one is adopted
 	redisDownSince time.Time // when Redis stopped answering; zero while it answers
@@ -58,7 +69,7 @@ type loop struct {
 
 	// The periodic duties. Redis's check runs every round while busy, and
 	// every adoptEvery while idle; the first prune waits pruneEvery.
-	adoptCheck, orphans, backlog, prune duty
+	adoptCheck, orphans, gauges, prune duty
 }
 
 // duty is a periodic duty of the loop: due every period since it last
@@ -79,8 +90,8 @@ func (d *duty) done(now time.Time) { d.last = now }
 func (c *Consumer) startLoop(ctx context.Context, fs upstream.FeedSession) (*loop, error) {
 	s := newSession(c, fs)
 	now := time.Now()
-	l := &loop{c: c, s: s, w: &worker{Consumer: c, s: s, purged: make(chan purged, 1024), inflight: map[int64]bool{}},
-		adoptCheck: duty{every: adoptEvery}, orphans: duty{every: orphanAfter / 2}, backlog: duty{every: backlogEvery},
+	l := &loop{Consumer: c, s: s, purged: make(chan purged, 1024), inflight: map[int64]bool{},
+		adoptCheck: duty{every: adoptEvery}, orphans: duty{every: orphanAfter / 2}, gauges: duty{every: backlogEvery},
 		prune: duty{every: pruneEvery, last: now}}
 	if !c.deps.Redis {
 		if _, err := call(ctx, s, func(ctx context.Context) (int64, error) { return s.Adopt(ctx, "", c.cfg.Retention) }); err != nil {
@@ -120,11 +131,11 @@ func (l *loop) round(ctx context.Context) error {
 			return err
 		}
 	}
-	l.w.collectPurged(ctx)
+	l.collectPurged(ctx)
 	if err := l.repurgeOrphans(ctx, now); err != nil {
 		return err
 	}
-	full, err := l.w.step(ctx, l.ready())
+	full, err := l.step(ctx, l.ready())
 	if err != nil {
 		return err
 	}
@@ -142,13 +153,13 @@ func (l *loop) round(ctx context.Context) error {
 	if full {
 		return nil // a burst: go on at once
 	}
-	l.quiet = l.backfillAfter < 0 && l.w.idle()
-	sleep(ctx, min(l.c.cfg.Poll, l.s.Lease()/4))
+	l.quiet = l.backfillAfter < 0 && l.idle()
+	sleep(ctx, min(l.cfg.Poll, l.s.Lease()/4))
 	return l.renew(ctx)
 }
 
 // adoptsRedis reports whether the loop adopts the Redis it applies to.
-func (l *loop) adoptsRedis() bool { return l.c.deps.Redis && l.c.cfg.Enabled }
+func (l *loop) adoptsRedis() bool { return l.deps.Redis && l.cfg.Enabled }
 
 // mayRest reports whether the round may be a rest: the last round
 // was quiet, and no prune is due.
@@ -172,11 +183,11 @@ func (l *loop) rest(ctx context.Context, now time.Time) (rested, checked bool, e
 	}
 	wait := min(idleWait, l.s.Lease()/4)
 	undone, err := call(ctx, l.s, func(ctx context.Context) (bool, error) { return l.s.AwaitUndone(ctx, wait) })
-	if err != nil || undone || !l.w.idle() {
+	if err != nil || undone || !l.idle() {
 		return false, checked, err
 	}
-	l.c.backlog.Store(0)
-	l.c.lagNano.Store(0)
+	l.backlog.Store(0)
+	l.lagNano.Store(0)
 	return true, checked, nil
 }
 
@@ -188,7 +199,7 @@ func (l *loop) adoptRedis(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	l.adoptCheck.done(now)
-	id, err := l.c.adopt(ctx, l.s, l.adopted)
+	id, err := l.adopt(ctx, l.s, l.adopted)
 	switch {
 	case err == nil:
 		l.adopted, l.redisDownSince = id, time.Time{}
@@ -205,14 +216,14 @@ func (l *loop) adoptRedis(ctx context.Context, now time.Time) error {
 // repurgeOrphans purges again the records whose purge a dead consumer
 // left unfinished.
 func (l *loop) repurgeOrphans(ctx context.Context, now time.Time) error {
-	if !l.c.cfg.Enabled || !l.orphans.due(now) {
+	if !l.cfg.Enabled || !l.orphans.due(now) {
 		return nil
 	}
 	after := orphanAfter
 	if l.orphans.last.IsZero() {
 		after = 0 // just taken over: every unfinished purge is an orphan
 	}
-	if err := l.w.repurge(ctx, after); err != nil {
+	if err := l.repurge(ctx, after); err != nil {
 		return err
 	}
 	l.orphans.done(now)
@@ -230,19 +241,19 @@ func (l *loop) backfillBodies(ctx context.Context) error {
 		return nil
 	}
 	var err error
-	l.backfillAfter, err = l.w.backfill(ctx, l.backfillAfter)
+	l.backfillAfter, err = l.backfill(ctx, l.backfillAfter)
 	return err
 }
 
 // readGauges reads the backlog gauges when they are due.
 func (l *loop) readGauges(ctx context.Context, now time.Time) error {
-	if !l.backlog.due(now) {
+	if !l.gauges.due(now) {
 		return nil
 	}
-	if err := l.c.readBacklog(ctx, l.s); err != nil {
+	if err := l.readBacklog(ctx, l.s); err != nil {
 		return err
 	}
-	l.backlog.done(now)
+	l.gauges.done(now)
 	return nil
 }
 
@@ -252,7 +263,7 @@ func (l *loop) pruneRecords(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	if _, err := call(ctx, l.s, func(ctx context.Context) (int64, error) {
-		return l.s.Prune(ctx, l.c.cfg.Retention, pruneBatch)
+		return l.s.Prune(ctx, l.cfg.Retention, pruneBatch)
 	}); err != nil {
 		return err
 	}

@@ -16,42 +16,42 @@ type purged struct {
 
 // purge asks the CDN to drop a listing's copies; the records are marked
 // done when it did, or gave up.
-func (w *worker) purge(ctx context.Context, hard bool, id int64, seqs []int64) {
-	w.mu.Lock()
+func (l *loop) purge(ctx context.Context, hard bool, id int64, seqs []int64) {
+	l.mu.Lock()
 	for _, seq := range seqs {
-		w.inflight[seq] = true
+		l.inflight[seq] = true
 	}
-	w.mu.Unlock()
-	w.deps.Purger.PurgeBackground(ctx, hard, func(delivered bool) {
+	l.mu.Unlock()
+	l.deps.Purger.PurgeBackground(ctx, hard, func(delivered bool) {
 		select {
-		case w.purged <- purged{seqs: seqs, delivered: delivered}:
+		case l.purged <- purged{seqs: seqs, delivered: delivered}:
 		default: // the orphan scan purges them again
-			w.mu.Lock()
-			defer w.mu.Unlock()
+			l.mu.Lock()
+			defer l.mu.Unlock()
 			for _, seq := range seqs {
-				delete(w.inflight, seq)
+				delete(l.inflight, seq)
 			}
 		}
-	}, w.deps.Keys(id)...)
+	}, l.deps.Keys(id)...)
 }
 
 // idle reports whether no purge is under way or waits to be marked.
-func (w *worker) idle() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.inflight) == 0 && len(w.purged) == 0
+func (l *loop) idle() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.inflight) == 0 && len(l.purged) == 0
 }
 
 // collectPurged marks done the records whose purges ended.
-func (w *worker) collectPurged(ctx context.Context) {
+func (l *loop) collectPurged(ctx context.Context) {
 	var seqs []int64
 	for {
 		select {
-		case p := <-w.purged:
+		case p := <-l.purged:
 			seqs = append(seqs, p.seqs...)
 			if !p.delivered {
-				w.givenUp.Add(uint64(len(p.seqs)))
-				w.errors[StagePurge].Add(1)
+				l.givenUp.Add(uint64(len(p.seqs)))
+				l.errors[StagePurge].Add(1)
 			}
 			continue
 		default:
@@ -62,32 +62,32 @@ func (w *worker) collectPurged(ctx context.Context) {
 		return
 	}
 	// A failure was counted by call; the orphan scan purges them again.
-	_, _ = call(ctx, w.s, func(ctx context.Context) (struct{}, error) { return struct{}{}, w.s.MarkDone(ctx, seqs) })
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	_, _ = call(ctx, l.s, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.s.MarkDone(ctx, seqs) })
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, seq := range seqs {
-		delete(w.inflight, seq)
+		delete(l.inflight, seq)
 	}
 }
 
 // repurge purges again the records applied at least after ago whose
 // purge is not under way here: their consumer died before the CDN
 // acknowledged.
-func (w *worker) repurge(ctx context.Context, after time.Duration) error {
-	if w.deps.Purger == nil {
+func (l *loop) repurge(ctx context.Context, after time.Duration) error {
+	if l.deps.Purger == nil {
 		return nil
 	}
-	changes, err := call(ctx, w.s, func(ctx context.Context) ([]upstream.Change, error) {
-		return w.s.Unpurged(ctx, after, w.cfg.Batch)
+	changes, err := call(ctx, l.s, func(ctx context.Context) ([]upstream.Change, error) {
+		return l.s.Unpurged(ctx, after, l.cfg.Batch)
 	})
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	changes = slices.DeleteFunc(changes, func(ch upstream.Change) bool { return w.inflight[ch.Seq] })
-	w.mu.Unlock()
-	for _, l := range merge(changes) {
-		w.purge(ctx, l.hard, l.id, l.seqs)
+	l.mu.Lock()
+	changes = slices.DeleteFunc(changes, func(ch upstream.Change) bool { return l.inflight[ch.Seq] })
+	l.mu.Unlock()
+	for _, li := range merge(changes) {
+		l.purge(ctx, li.hard, li.id, li.seqs)
 	}
 	return nil
 }

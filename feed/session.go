@@ -48,7 +48,7 @@ func (c *Consumer) hold(ctx context.Context, sess upstream.FeedSession) error {
 	c.log.Info("change feed consumer started", "holder", c.deps.Holder)
 	err := c.consume(ctx, sess)
 	c.consumer.Store(false)
-	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	closeErr := sess.Close(closeCtx)
 	if ctx.Err() != nil {
@@ -57,13 +57,6 @@ func (c *Consumer) hold(ctx context.Context, sess upstream.FeedSession) error {
 	c.log.Info("change feed consumer stopped", "holder", c.deps.Holder, "err", errors.Join(err, closeErr))
 	return err
 }
-
-// Retries of a failed call on the session: the first waits retryFirst,
-// each next one twice as long, at most retryMost (and a quarter lease).
-const (
-	retryFirst = 20 * time.Millisecond
-	retryMost  = time.Second
-)
 
 // session wraps the consumer's hold. Every call is bounded by the lease
 // that the last successful one proved, so that nothing is applied once the
