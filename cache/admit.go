@@ -13,7 +13,7 @@ const (
 	floored                  // a floor: it holds nothing to serve
 	foreign                  // another listing's copy, or a value written under the wrong key
 	missing                  // nothing readable was found
-	coalesced                // a listing another gateway's lease filled while this one waited (lease.go)
+	collapsed                // a listing another gateway's lease filled while this one waited (lease.go)
 )
 
 // fallback reports whether a copy of this verdict may answer while the

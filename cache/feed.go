@@ -14,9 +14,9 @@ import (
 // the store and hands it to Apply, which brings every tier up to date and
 // tells every gateway.
 
-// Change is a listing's state after writes made elsewhere, with every
+// Update is a listing's state after writes made elsewhere, with every
 // number it may be cached under.
-type Change struct {
+type Update struct {
 	State upstream.ListingState
 	// Revision is the highest revision the writes recorded; a removed
 	// row's state has none of its own.
@@ -32,7 +32,7 @@ type Change struct {
 // floor; this gateway's local tier drops them, and every other gateway is
 // told and waited for, as for a write of this gateway's. It returns, in
 // the order of changes, the error of each that was not applied in full.
-func (c *Cache) Apply(ctx context.Context, changes []Change) []error {
+func (c *Cache) Apply(ctx context.Context, changes []Update) []error {
 	errs := make([]error, len(changes))
 	var (
 		writes []keyWrite
@@ -68,7 +68,7 @@ func (c *Cache) Apply(ctx context.Context, changes []Change) []error {
 }
 
 // changeWrites lists the key writes and the invalidations of one change.
-func (c *Cache) changeWrites(ch Change) ([]keyWrite, []Invalidation, error) {
+func (c *Cache) changeWrites(ch Update) ([]keyWrite, []Invalidation, error) {
 	st := ch.State
 	id := st.Listing.ID
 	rev := max(ch.Revision, st.Listing.Revision)

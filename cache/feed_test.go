@@ -34,9 +34,9 @@ func stored(t *testing.T, rdb *redis.Client, name string) (record, bool) {
 	return r, true
 }
 
-func live(l upstream.Listing) Change {
+func live(l upstream.Listing) Update {
 	l.Normalize()
-	return Change{State: upstream.ListingState{Listing: l}, Revision: l.Revision, Numbers: []Key{ByNumber(l.FirmID, l.No)}}
+	return Update{State: upstream.ListingState{Listing: l}, Revision: l.Revision, Numbers: []Key{ByNumber(l.FirmID, l.No)}}
 }
 
 func requireApplied(t *testing.T, errs []error) {
@@ -67,7 +67,7 @@ func TestApplyRefreshesWhatIsCached(t *testing.T) {
 	next := listing(1, 7, 3, true)
 	next.Title, next.Revision = "changed elsewhere", 2
 	moved := listing(2, 7, 99, true) // listing 2 was inserted as number 99 behind the gateway
-	requireApplied(t, c.Apply(ctx, []Change{live(next), live(moved)}))
+	requireApplied(t, c.Apply(ctx, []Update{live(next), live(moved)}))
 
 	for _, name := range []string{prefix + "realty:id:1", prefix + "realty:listing:7-3"} {
 		r, ok := stored(t, rdb, name)
@@ -119,13 +119,13 @@ func TestApplyDeletesAndMoves(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tomb := Change{State: upstream.ListingState{Listing: upstream.Listing{ID: 1, FirmID: 7, No: 3, Revision: 2}, Deleted: true}, Revision: 2}
+	tomb := Update{State: upstream.ListingState{Listing: upstream.Listing{ID: 1, FirmID: 7, No: 3, Revision: 2}, Deleted: true}, Revision: 2}
 	movedB := listing(2, 8, 40, true) // moved to firm 8, number 40
 	movedB.Revision = 2
 	mv := live(movedB)
 	mv.Numbers = append(mv.Numbers, ByNumber(7, 4))
-	gone := Change{State: upstream.ListingState{Listing: upstream.Listing{ID: 5}, Gone: true}, Revision: 9, Numbers: []Key{ByNumber(7, 5)}}
-	requireApplied(t, c.Apply(ctx, []Change{tomb, mv, gone}))
+	gone := Update{State: upstream.ListingState{Listing: upstream.Listing{ID: 5}, Gone: true}, Revision: 9, Numbers: []Key{ByNumber(7, 5)}}
+	requireApplied(t, c.Apply(ctx, []Update{tomb, mv, gone}))
 
 	delete(src.listings, 1)
 	before := src.calls.Load()
@@ -171,7 +171,7 @@ func TestApplyTellsOtherGateways(t *testing.T) {
 	}
 	next := listing(1, 7, 3, true)
 	next.Title, next.Revision = "new", 2
-	requireApplied(t, consumer.Apply(ctx, []Change{live(next)}))
+	requireApplied(t, consumer.Apply(ctx, []Update{live(next)}))
 	if e, ok := other.cachedAt(ByID(1), time.Now()); ok {
 		t.Fatalf("the other gateway's local tier still holds %s", e.Body)
 	}
@@ -191,7 +191,7 @@ func TestApplyLocalTier(t *testing.T) {
 	}
 	next := listing(1, 7, 3, true)
 	next.Title, next.Revision = "local change", 2
-	requireApplied(t, c.Apply(ctx, []Change{live(next)}))
+	requireApplied(t, c.Apply(ctx, []Update{live(next)}))
 	e, ok := c.cachedAt(ByID(1), time.Now())
 	if !ok || !strings.Contains(string(e.Body), "local change") {
 		t.Fatalf("Cached(1) = %s, %v; want the new version", e.Body, ok)

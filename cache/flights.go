@@ -14,13 +14,13 @@ import (
 
 // flights coalesce the loads of a key in this process: singleflight while
 // Redis is trusted and this process hears other gateways' writes, and
-// otherwise fresh flights (fresh.go), which a caller never joins once they
+// otherwise queued flights (queued.go), which a caller never joins once they
 // have begun: another gateway's write may then go unannounced here, and
 // nothing would tell this process to forget a flight that read the old
 // version (Cache.shareFlights).
 type flights struct {
 	group  singleflight.Group
-	queued freshFlights
+	queued queuedFlights
 }
 
 // join runs fn for name, or shares the flight under way, and returns its

@@ -228,7 +228,7 @@ func (m *miss) awaitFill(ctx context.Context) look {
 			stop()
 			c.counts.coalesced.Add(1)
 			if found.v == admitted {
-				found.v = coalesced
+				found.v = collapsed
 			}
 			m.hold = hold{}
 			return found

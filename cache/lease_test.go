@@ -273,7 +273,7 @@ func TestAWriteEndsTheLease(t *testing.T) {
 			_, err := c.Replace(ctx, src.listings[5], listing(5, 1, 1, true), upstream.Precondition{})
 			return err
 		}},
-		{"a change from the feed", 6, func() error { return c.Apply(ctx, []Change{live(next)})[0] }},
+		{"a change from the feed", 6, func() error { return c.Apply(ctx, []Update{live(next)})[0] }},
 	} {
 		name := ByID(tt.id).name(c.prefix)
 		if err := rdb.Set(ctx, leaseKey(name), "other-1.+", time.Minute).Err(); err != nil { // held elsewhere, waited for

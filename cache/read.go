@@ -140,7 +140,7 @@ func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Codin
 	case admitted:
 		c.keepLocal(k, found.r, m.began)
 		return loaded{r: found.r, state: Hit}, nil
-	case coalesced:
+	case collapsed:
 		c.keepLocal(k, found.r, m.began)
 		return loaded{r: found.r, state: Miss, collapsed: true}, nil
 	case absent:
@@ -275,7 +275,7 @@ func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, h hol
 func (c *Cache) answer(res singleflight.Result, endWait func(shared bool, err error)) (Entry, error) {
 	endWait(res.Shared, res.Err)
 	if res.Shared {
-		c.counts.shared.Add(1)
+		c.counts.joined.Add(1)
 	}
 	l, _ := res.Val.(loaded)
 	if l.absent {

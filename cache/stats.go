@@ -50,10 +50,11 @@ type Stats struct {
 }
 
 // counters are the live counts of a Cache, one for each counter of Stats
-// under the same name. Announced and Unacknowledged are the invalidator's.
+// under the same name (joined counts Shared: a joined flight, not the
+// shared tier). Announced and Unacknowledged are the invalidator's.
 type counters struct {
 	hits, misses, stale, storeLoads, tierErrors, corrupt, incoherent atomic.Uint64
-	localHits, tierHits, negative, shared, compressed, coalesced     atomic.Uint64
+	localHits, tierHits, negative, joined, compressed, coalesced     atomic.Uint64
 }
 
 // snapshot reads the counters into a Stats; each is read on its own, so a
@@ -63,7 +64,7 @@ func (n *counters) snapshot() Stats {
 		Hits: n.hits.Load(), Misses: n.misses.Load(), Stale: n.stale.Load(),
 		StoreLoads: n.storeLoads.Load(), TierErrors: n.tierErrors.Load(), Corrupt: n.corrupt.Load(),
 		Incoherent: n.incoherent.Load(), LocalHits: n.localHits.Load(), TierHits: n.tierHits.Load(),
-		Negative: n.negative.Load(), Shared: n.shared.Load(), Compressed: n.compressed.Load(),
+		Negative: n.negative.Load(), Shared: n.joined.Load(), Compressed: n.compressed.Load(),
 		Coalesced: n.coalesced.Load(),
 	}
 }

@@ -34,7 +34,7 @@ func TestStatsJSON(t *testing.T) {
 func TestStatsSnapshotReadsEveryCounter(t *testing.T) {
 	var n counters
 	for i, c := range []*atomic.Uint64{&n.hits, &n.misses, &n.stale, &n.storeLoads, &n.tierErrors, &n.corrupt,
-		&n.incoherent, &n.localHits, &n.tierHits, &n.negative, &n.shared, &n.compressed, &n.coalesced} {
+		&n.incoherent, &n.localHits, &n.tierHits, &n.negative, &n.joined, &n.compressed, &n.coalesced} {
 		c.Add(uint64(i + 1))
 	}
 	want := Stats{Hits: 1, Misses: 2, Stale: 3, StoreLoads: 4, TierErrors: 5, Corrupt: 6,

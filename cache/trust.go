@@ -35,12 +35,12 @@ type FeedView interface {
 const (
 	trusted int32 = iota
 	distrusted
-	partial // trusted but for the keys in dirty
+	partial // trusted but for the keys in suspects
 )
 
-// dirtyLimit bounds the keys a gateway distrusts one by one; past it, it
+// distrustLimit bounds the keys a gateway distrusts one by one; past it, it
 // distrusts Redis whole until the feed has caught up.
-const dirtyLimit = 100_000
+const distrustLimit = 100_000
 
 // trust gates Redis entries. The read path takes one atomic load.
 type trust struct {
@@ -51,7 +51,7 @@ type trust struct {
 	timeout       time.Duration
 	log           *slog.Logger
 	state         atomic.Int32
-	dirty         atomic.Pointer[map[Key]struct{}]
+	suspects      atomic.Pointer[map[Key]struct{}]
 	// epoch is raised by every distrust, so that a verification that
 	// began before it does not end in trust.
 	epoch    atomic.Uint64
@@ -74,8 +74,8 @@ func (t *trust) allows(k Key) bool {
 	case trusted:
 		return true
 	case partial:
-		_, dirty := (*t.dirty.Load())[k]
-		return !dirty
+		_, suspect := (*t.suspects.Load())[k]
+		return !suspect
 	default:
 		return false
 	}
@@ -147,21 +147,21 @@ func (t *trust) verifyOnce(ctx context.Context) bool {
 		return false // the consumer has not adopted this Redis yet
 	}
 	changes, err := feedCall(ctx, t.timeout, func(ctx context.Context) ([]upstream.Change, error) {
-		return t.feed.Unapplied(ctx, pos.LastSeq, dirtyLimit)
+		return t.feed.Unapplied(ctx, pos.LastSeq, distrustLimit)
 	})
 	if err != nil {
 		return false
 	}
-	if len(changes) < dirtyLimit {
-		dirty := make(map[Key]struct{}, 2*len(changes))
+	if len(changes) < distrustLimit {
+		suspects := make(map[Key]struct{}, 2*len(changes))
 		for _, ch := range changes {
-			dirty[ByID(ch.ListingID)] = struct{}{}
-			dirty[ByNumber(ch.FirmID, ch.No)] = struct{}{}
+			suspects[ByID(ch.ListingID)] = struct{}{}
+			suspects[ByNumber(ch.FirmID, ch.No)] = struct{}{}
 			if ch.Moved() {
-				dirty[ByNumber(ch.OldFirmID, ch.OldNo)] = struct{}{}
+				suspects[ByNumber(ch.OldFirmID, ch.OldNo)] = struct{}{}
 			}
 		}
-		t.dirty.Store(&dirty)
+		t.suspects.Store(&suspects)
 		if t.epoch.Load() == epoch {
 			t.state.CompareAndSwap(distrusted, partial)
 		}

@@ -96,9 +96,9 @@ func (l *loop) apply(ctx context.Context, changes []upstream.Change) error {
 	if err != nil {
 		return err
 	}
-	batch := make([]cache.Change, len(ls))
+	batch := make([]cache.Update, len(ls))
 	for i, li := range ls {
-		batch[i] = cache.Change{State: states[li.id], Revision: li.revision, Numbers: li.numbers}
+		batch[i] = cache.Update{State: states[li.id], Revision: li.revision, Numbers: li.numbers}
 	}
 	var errs []error
 	l.s.outside(ctx, func(ctx context.Context) { errs = l.deps.Target.Apply(ctx, batch) })

@@ -68,7 +68,7 @@ func (c Config) Validate() error {
 
 // Target is where changes are applied: the listing cache.
 type Target interface {
-	Apply(ctx context.Context, changes []cache.Change) []error
+	Apply(ctx context.Context, changes []cache.Update) []error
 	RedisIdentity(ctx context.Context) (string, error)
 	RedisEmpty(ctx context.Context) (bool, error)
 }

@@ -171,7 +171,7 @@ type slowTarget struct {
 	fired atomic.Int64
 }
 
-func (t *slowTarget) Apply(ctx context.Context, changes []cache.Change) []error {
+func (t *slowTarget) Apply(ctx context.Context, changes []cache.Update) []error {
 	if t.armed.Load() {
 		t.fired.Add(1)
 		select {

@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
-// freshFlights shares loads of a key as singleflight does, except that a
+// queuedFlights shares loads of a key as singleflight does, except that a
 // caller never joins a load that began before it arrived: it joins the
 // next one, which begins when the load under way ends, and which every
 // caller that arrived meanwhile shares. So at most two loads of a key run
@@ -17,42 +17,42 @@ import (
 // (Redis not trusted): then a load under way may have read a version that
 // a write elsewhere has replaced since, and nothing tells this gateway to
 // forget it, as an announcement does for singleflight's flights.
-type freshFlights struct {
+type queuedFlights struct {
 	mu sync.Mutex
-	m  map[string]*freshFlight // the flight under way, by key
+	m  map[string]*queuedFlight // the flight under way, by key
 }
 
-type freshFlight struct {
+type queuedFlight struct {
 	fn      func() (any, error)
 	callers []chan<- singleflight.Result
-	next    *freshFlight // the callers that arrived while this one ran
+	next    *queuedFlight // the callers that arrived while this one ran
 }
 
 // doChan runs fn for key, or has the caller share the next run, and
 // delivers the result on the channel it returns, as singleflight.DoChan.
-func (g *freshFlights) doChan(key string, fn func() (any, error)) <-chan singleflight.Result {
+func (g *queuedFlights) doChan(key string, fn func() (any, error)) <-chan singleflight.Result {
 	ch := make(chan singleflight.Result, 1)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.m == nil {
-		g.m = map[string]*freshFlight{}
+		g.m = map[string]*queuedFlight{}
 	}
 	f := g.m[key]
 	if f == nil {
-		f = &freshFlight{fn: fn, callers: []chan<- singleflight.Result{ch}}
+		f = &queuedFlight{fn: fn, callers: []chan<- singleflight.Result{ch}}
 		g.m[key] = f
 		go g.run(key, f)
 		return ch
 	}
 	if f.next == nil {
-		f.next = &freshFlight{fn: fn}
+		f.next = &queuedFlight{fn: fn}
 	}
 	f.next.callers = append(f.next.callers, ch)
 	return ch
 }
 
 // run runs f, then the flights queued behind it.
-func (g *freshFlights) run(key string, f *freshFlight) {
+func (g *queuedFlights) run(key string, f *queuedFlight) {
 	for f != nil {
 		v, err := f.fn()
 		g.mu.Lock()

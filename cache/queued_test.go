@@ -12,10 +12,10 @@ import (
 	"github.com/realty-gateway/gateway/upstream"
 )
 
-// TestFreshFlightsNeverJoinALoadUnderWay: callers that arrive while a load
+// TestQueuedFlightsNeverJoinALoadUnderWay: callers that arrive while a load
 // runs share the next load, which begins only after the first ended.
-func TestFreshFlightsNeverJoinALoadUnderWay(t *testing.T) {
-	var g freshFlights
+func TestQueuedFlightsNeverJoinALoadUnderWay(t *testing.T) {
+	var g queuedFlights
 	var runs atomic.Int64
 	release := make(chan struct{})
 	load := func() (any, error) {
