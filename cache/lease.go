@@ -122,68 +122,13 @@ func (l *coldLooks) saw(empty bool) {
 	}
 }
 
-// getOrLease returns the key's value, or where it is empty takes the lease
-// ARGV[1] for ARGV[2] ms and returns 1; where another holds the lease, it
-// marks the lease waited for (a '+' after the token) and returns 0. Only
-// a waited-for lease's end is published: a miss that nobody else wanted
-// wakes no gateway.
-var getOrLease = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v then
-  return v
-end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 1
-end
-redis.call('APPEND', KEYS[2], '+')
-return 0
-`)
-
-// endLease is the end of the lease KEYS[2] where it is still the token
-// ARGV[4]'s, with the key KEYS[1] published on the channel ARGV[5] where
-// a gateway waits for it.
-const endLease = `
-local lease = redis.call('GET', KEYS[2])
-if lease and string.sub(lease, 1, #ARGV[4]) == ARGV[4] then
-  redis.call('DEL', KEYS[2])
-  if #lease > #ARGV[4] then
-    redis.call('PUBLISH', ARGV[5], KEYS[1])
-  end
-end
-`
-
-// endAnyLease is the end of whatever lease KEYS[2] holds, with the key
-// KEYS[1] published on the channel ARGV[#ARGV] where a gateway waits for
-// it: a write ends the lease of the key it writes.
-const endAnyLease = `
-local lease = redis.call('GET', KEYS[2])
-if lease then
-  redis.call('DEL', KEYS[2])
-  if string.sub(lease, -1) == '+' then
-    redis.call('PUBLISH', ARGV[#ARGV], KEYS[1])
-  end
-end
-`
-
-// thenEnd is the script that runs a write's script body, then end (a
-// lease's end), and answers what the body answered.
-func thenEnd(body, end string) *redis.Script {
-	return redis.NewScript("local function write()\n" + body + "end\nlocal res = write()\n" + end + "return res\n")
+// releaseLease ends the lease the miss still holds, if any, without a
+// fill: its store read failed, or its fill did not write the lease's key.
+// Deferred by the flight, it is the one place a miss's lease is released.
+func (m *miss) releaseLease() {
+	m.c.release(m.hold)
+	m.hold = hold{}
 }
-
-// The scripts that write a key and end its lease: the holder's fill
-// (guardedSetRelease), and writes and the feed's changes, which end
-// whoever's lease it is.
-var (
-	guardedSetRelease         = thenEnd(guardedSetBody, endLease)
-	guardedSetEndingLease     = thenEnd(guardedSetBody, endAnyLease)
-	refreshOrFloorEndingLease = thenEnd(refreshOrFloorBody, endAnyLease)
-)
-
-// releaseScript is endLease alone (ARGV[1..3] unused).
-const releaseScript = endLease + `
-return 1
-`
 
 // release ends h, if this process holds it, without a fill.
 func (c *Cache) release(h hold) {
@@ -200,7 +145,7 @@ func (t *redisTier) release(h hold) {
 		return
 	}
 	ctx := context.Background()
-	cmd := redis.NewCmd(ctx, "eval", releaseScript, 2, h.name, h.lease(), "", "", "", h.token(), t.filled)
+	cmd := redis.NewCmd(ctx, "eval", releaseLease.src, 2, h.name, h.lease(), h.token(), t.filled)
 	cmd.SetFirstKeyPos(3) // the key's and its lease's slot, on a cluster
 	t.pipe.Submit(ctx, cmd)
 }

@@ -18,23 +18,6 @@ import (
 	"github.com/realty-gateway/gateway/breaker"
 )
 
-// guardedSet writes ARGV[1] with a PX of ARGV[3] unless the key holds a
-// record whose revision is greater than ARGV[2]. One key per call, so the
-// two keys of a listing may live in different Redis Cluster slots.
-var guardedSet = redis.NewScript(guardedSetBody)
-
-const guardedSetBody = `
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local rev = tonumber(string.match(cur, '^v1 (%d+) '))
-  if rev and rev > tonumber(ARGV[2]) then
-    return 0
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-return 1
-`
-
 // redisTier keeps records in Redis. A breaker in front of it skips Redis
 // for a second after consecutive failures, so a dead, paused or slow Redis
 // costs one fast error per operation instead of a timeout; one probe then
@@ -138,7 +121,7 @@ func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, lease
 func (t *redisTier) getOrLease(ctx context.Context, name string, h hold) ([]byte, leaseState, error) {
 	l := noLease
 	b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
-		v, err := t.evalOne(ctx, getOrLease, []string{name, h.lease()}, h.token(), t.leaseTTL.Milliseconds())
+		v, err := t.evalOne(ctx, getOrLease.Script, []string{name, h.lease()}, h.token(), t.leaseTTL.Milliseconds())
 		if err != nil {
 			return nil, err
 		}
@@ -204,7 +187,7 @@ func (t *redisTier) read(ctx context.Context, name string) ([]byte, error) {
 	return cmd.Bytes()
 }
 
-// guardedSetArgs are guardedSet's ARGV for r kept for ttl.
+// guardedSetArgs are guardedSet's value, revision and ttl for r kept for ttl.
 func guardedSetArgs(r record, ttl time.Duration) []any {
 	return []any{r.encode(), r.revision, ttl.Milliseconds()}
 }
@@ -216,9 +199,9 @@ func (t *redisTier) fill(ctx context.Context, names []string, r record, ttl time
 	args := guardedSetArgs(r, ttl) // one encoding for every key
 	calls := make([]scriptCall, len(names))
 	for i, name := range names {
-		calls[i] = scriptCall{script: guardedSet, key: name, args: args}
+		calls[i] = scriptCall{script: guardedSet.Script, key: name, args: args}
 		if name == h.name && !h.none() { // the fill ends the lease and wakes its waiters
-			calls[i].script, calls[i].lease = guardedSetRelease, h.lease()
+			calls[i].script, calls[i].lease = guardedSetRelease.Script, h.lease()
 			calls[i].args = append(slices.Clip(args), h.token(), t.filled)
 		}
 	}
@@ -237,10 +220,10 @@ func (t *redisTier) fill(ctx context.Context, names []string, r record, ttl time
 func (t *redisTier) write(ctx context.Context, writes []keyWrite) []error {
 	calls := make([]scriptCall, len(writes))
 	for i, w := range writes {
-		c := scriptCall{script: guardedSet, key: w.name, args: guardedSetArgs(w.value, w.ttl)}
-		endingLease := guardedSetEndingLease
+		c := scriptCall{script: guardedSet.Script, key: w.name, args: guardedSetArgs(w.value, w.ttl)}
+		endingLease := guardedSetEndingLease.Script
 		if w.ifCached {
-			c.script, endingLease = refreshOrFloor, refreshOrFloorEndingLease
+			c.script, endingLease = refreshOrFloor.Script, refreshOrFloorEndingLease.Script
 			c.args = append(c.args, w.floor.encode(), time.Until(time.UnixMilli(w.floor.freshUntil)).Milliseconds())
 		}
 		if lease := leaseKey(w.name); lease != "" && t.filled != "" { // else no lease shares the key's slot, or none is taken
@@ -371,45 +354,6 @@ func (t *redisTier) del(ctx context.Context, name string) error {
 
 func (t *redisTier) breakerState() breaker.State { return breaker.StateOf(t.cb) }
 
-// refreshOrFloor brings a cached copy up to date: a key that holds an
-// older revision (a listing, an absence or a floor) gets ARGV[1] for
-// ARGV[3] ms; a key that holds nothing gets the floor ARGV[4] for ARGV[5]
-// ms, so that a read of the old version in flight cannot fill it, without
-// filling Redis with listings nobody reads. A key that holds this revision
-// or a newer one is left alone.
-var refreshOrFloor = redis.NewScript(refreshOrFloorBody)
-
-const refreshOrFloorBody = `
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local rev = tonumber(string.match(cur, '^v1 (%d+) '))
-  if rev and rev >= tonumber(ARGV[2]) then
-    return 0
-  end
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-  return 1
-end
-redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
-return 2
-`
-
-// addVariantsScript replaces a key's record with ARGV[3], which carries
-// more variants, where the key still holds the version of revision ARGV[1]
-// and tag ARGV[2]; the key's expiry stays. One key per call, so the keys
-// may live in different Cluster slots.
-const addVariantsScript = `
-local cur = redis.call('GET', KEYS[1])
-if not cur then
-  return 0
-end
-local rev, etag = string.match(cur, '^v1 (%d+) %S+ %S+ %S+ %S+ %a (%S+)')
-if rev ~= ARGV[1] or etag ~= ARGV[2] then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
-return 1
-`
-
 // addVariants adds r's variants to the records under names. It is best
 // effort and does not wait: the commands go out in the auto-pipeline's
 // next batch, with the script's source (EVAL), so that no answer needs
@@ -423,7 +367,7 @@ func (t *redisTier) addVariants(names []string, r record) {
 	ctx := context.Background()
 	value := r.encode()
 	for _, name := range names {
-		cmd := redis.NewCmd(ctx, "eval", addVariantsScript, 1, name, r.revision, string(r.etag), value)
+		cmd := redis.NewCmd(ctx, "eval", addVariants.src, 1, name, r.revision, string(r.etag), value)
 		cmd.SetFirstKeyPos(3) // the key's slot, on a cluster
 		t.pipe.Submit(ctx, cmd)
 	}

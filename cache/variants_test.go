@@ -196,7 +196,7 @@ func TestVariantsNeverReplaceANewerVersion(t *testing.T) {
 	r := old.record()
 	r.variants.keep(coding.Gzip, []byte("old gzip"))
 	name := ByID(1).name(prefix)
-	done, err := rdb.Eval(context.Background(), addVariantsScript, []string{name}, r.revision, string(r.etag), r.encode()).Int()
+	done, err := rdb.Eval(context.Background(), addVariants.src, []string{name}, r.revision, string(r.etag), r.encode()).Int()
 	if err != nil || done != 0 {
 		t.Fatalf("the script answered %d, %v; want 0: nothing replaced", done, err)
 	}
