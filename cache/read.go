@@ -135,6 +135,7 @@ type look struct {
 func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Coding) (loaded, error) {
 	ctx = context.WithoutCancel(ctx)
 	m := &miss{c: c, k: k, name: name, cod: cod, began: c.since(), hold: c.newHold(name)}
+	defer m.releaseLease()
 	found := m.lookShared(ctx)
 	switch found.v {
 	case admitted:
@@ -220,10 +221,11 @@ func (m *miss) loadStore(ctx context.Context, prev look) (loaded, error) {
 	switch {
 	case errors.Is(err, upstream.ErrNotFound):
 		absence := record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}
-		c.remember(ctx, absence, c.cfg.Negative, m.hold, m.name)
+		if c.remember(ctx, absence, c.cfg.Negative, m.hold, m.name) {
+			m.hold = hold{}
+		}
 		return loaded{}, err
-	case err != nil:
-		c.release(m.hold)
+	case err != nil: // the deferred releaseLease tells the waiters
 		if prev.v.fallback() && prev.r.kind != kindAbsent {
 			c.log.DebugContext(ctx, "serving stale listing", "key", m.name, "err", err)
 			return loaded{r: prev.r, state: Stale}, nil
@@ -244,31 +246,31 @@ func (m *miss) loadStore(ctx context.Context, prev look) (loaded, error) {
 func (m *miss) fill(ctx context.Context, r record) {
 	c := m.c
 	names := [2]string{ByID(r.id).name(c.prefix), ByNumber(r.firmID, r.no).name(c.prefix)}
-	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, m.hold, names[:]...)
+	if c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, m.hold, names[:]...) {
+		m.hold = hold{}
+	}
 	c.keepLocal(m.k, r, m.began)
 }
 
 // remember writes r under names in the shared tier, each guarded by its
 // revision, in one round trip where the tier can; a failed write only
 // costs a later miss. A name that a write could not update takes nothing
-// older than that write. The write of h's key ends the lease h; where
-// there is none, h is released on its own.
-func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, h hold, names ...string) {
+// older than that write. The write of h's key ends the lease h: remember
+// reports whether one did; where none did, the miss's releaseLease ends h.
+func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, h hold, names ...string) (endsLease bool) {
 	names = slices.DeleteFunc(names, func(name string) bool {
 		rev, dirty := c.dirty.revision(name)
 		return ttl <= 0 || dirty && r.revision < rev
 	})
-	if !slices.Contains(names, h.name) {
-		c.release(h)
-	}
 	if len(names) == 0 {
-		return
+		return false
 	}
 	for i, err := range c.shared.fill(ctx, names, r, ttl, h) {
 		if err == nil {
 			c.dirty.clean(names[i]) // it now holds what the store has
 		}
 	}
+	return !h.none() && slices.Contains(names, h.name)
 }
 
 // answer turns a flight's result into the caller's entry and counts it.
