@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -150,6 +151,47 @@ func BenchmarkServedHotHitByToken(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			serve(b.N)
+		})
+	}
+}
+
+// BenchmarkTokenMemoLayers serves the EdDSA hot hit as
+// BenchmarkServedHotHitByToken does, with the token found on the
+// connection (Listener's conn: the connection memo), and through a bare
+// connection, on which every request looks the token up in the shared
+// memory of verified tokens: what the first layer saves on every request
+// of a kept-alive connection (docs/performance.md).
+func BenchmarkTokenMemoLayers(b *testing.B) {
+	f := newFixtureOf(b, fixtureOptions{tokenAlg: "EdDSA", change: func(c *Config) { c.AccessLog = "off" }})
+	tok, err := f.srv.issueToken(1, 1, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := []byte("GET /realty/1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer " + tok + "\r\n\r\n")
+	f.app.Handler() // builds the routes
+	srv := f.app.Server()
+	serve := func(n int, wrap bool) {
+		c := &requestsConn{req: req, left: n}
+		var nc net.Conn = c
+		if wrap {
+			nc = &conn{Conn: c}
+		}
+		if err := srv.ServeConn(nc); err != nil {
+			b.Fatal(err)
+		}
+		if c.served != n || !bytes.HasPrefix(c.last, []byte("HTTP/1.1 200 ")) {
+			b.Fatalf("%d of %d answered, the last %q", c.served, n, c.last)
+		}
+	}
+	serve(2, true) // verify the token, fill the cache and the shared memory
+	for _, tt := range []struct {
+		name string
+		wrap bool
+	}{{"connection memo", true}, {"shared memory only", false}} {
+		b.Run(tt.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.ResetTimer()
+			serve(b.N, tt.wrap)
 		})
 	}
 }

@@ -11,7 +11,10 @@ import (
 
 // remembered is the verified token whose header is header: the one last
 // verified on the request's connection (see Listener), else one from the
-// shared memory, which the connection then remembers. nil: none.
+// shared memory, which the connection then remembers. nil: none. Two
+// layers, because a keep-alive client sends one header on every request:
+// the connection's skips the shared memory's hash and lookup
+// (BenchmarkTokenMemoLayers, docs/performance.md).
 func (s *Server) remembered(c *fiber.Ctx, header []byte) *verifiedToken {
 	pc, _ := c.Context().Conn().(*conn)
 	if pc != nil {
