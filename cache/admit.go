@@ -13,7 +13,6 @@ const (
 	floored                  // a floor: it holds nothing to serve
 	foreign                  // another listing's copy, or a value written under the wrong key
 	missing                  // nothing readable was found
-	collapsed                // a listing another gateway's lease filled while this one waited (lease.go)
 )
 
 // fallback reports whether a copy of this verdict may answer while the
@@ -30,12 +29,15 @@ const (
 )
 
 // admit says whether copy r, found under k in the tier from, may answer a
-// read at now (unix ms). Every read path asks it: Local and the flight's
+// read at now (unix ms); a nil r is nothing readable found. Its answers
+// are every verdict. Every read path asks it: Local and the flight's
 // look at the shared tier, and through them Get, Load and the gateway.
 // The checks run cheapest and most common first: a hit costs a few
 // compares and, for a Redis copy, two atomic loads.
 func (c *Cache) admit(k Key, r *record, now int64, from origin) verdict {
 	switch {
+	case r == nil:
+		return missing
 	case r.kind == kindFloor:
 		return floored
 	case !r.belongsTo(k):

@@ -10,12 +10,12 @@ import (
 func TestAdmit(t *testing.T) {
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC).UnixMilli()
 	fresh, stale := now+60_000, now-1
-	listing := func(kind kind, freshUntil int64) record {
-		return record{kind: kind, id: 5, firmID: 1, no: 7, revision: 3, freshUntil: freshUntil}
+	listing := func(kind kind, freshUntil int64) *record {
+		return &record{kind: kind, id: 5, firmID: 1, no: 7, revision: 3, freshUntil: freshUntil}
 	}
 	tests := []struct {
 		name       string
-		r          record
+		r          *record
 		k          Key
 		from       origin
 		dirtyKey   bool
@@ -24,16 +24,17 @@ func TestAdmit(t *testing.T) {
 	}{
 		{name: "a fresh listing from Redis", r: listing(kindActive, fresh), k: ByID(5), from: fromShared, want: admitted},
 		{name: "a fresh passive listing by number", r: listing(kindPassive, fresh), k: ByNumber(1, 7), from: fromLocal, want: admitted},
-		{name: "a fresh absence", r: record{kind: kindAbsent, freshUntil: fresh}, k: ByID(5), from: fromShared, want: absent},
+		{name: "a fresh absence", r: &record{kind: kindAbsent, freshUntil: fresh}, k: ByID(5), from: fromShared, want: absent},
 		{name: "past its freshness", r: listing(kindActive, stale), k: ByID(5), from: fromLocal, want: expired},
-		{name: "an absence past its freshness", r: record{kind: kindAbsent, freshUntil: stale}, k: ByID(5), from: fromShared, want: expired},
+		{name: "an absence past its freshness", r: &record{kind: kindAbsent, freshUntil: stale}, k: ByID(5), from: fromShared, want: expired},
 		{name: "Redis not trusted", r: listing(kindActive, fresh), k: ByID(5), from: fromShared, distrusted: true, want: untrusted},
 		{name: "Redis not trusted, a local copy", r: listing(kindActive, fresh), k: ByID(5), from: fromLocal, distrusted: true, want: admitted},
 		{name: "a key a write could not update", r: listing(kindActive, fresh), k: ByID(5), from: fromShared, dirtyKey: true, want: dirty},
 		{name: "a dirty key, a local copy", r: listing(kindActive, fresh), k: ByID(5), from: fromLocal, dirtyKey: true, want: admitted},
-		{name: "a floor", r: record{kind: kindFloor, id: 5, revision: 4, freshUntil: fresh}, k: ByID(5), from: fromShared, want: floored},
+		{name: "a floor", r: &record{kind: kindFloor, id: 5, revision: 4, freshUntil: fresh}, k: ByID(5), from: fromShared, want: floored},
 		{name: "another listing's copy", r: listing(kindActive, fresh), k: ByID(6), from: fromShared, want: foreign},
 		{name: "another number's copy", r: listing(kindActive, fresh), k: ByNumber(1, 8), from: fromLocal, want: foreign},
+		{name: "nothing readable", r: nil, k: ByID(5), from: fromShared, want: missing},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,7 +45,7 @@ func TestAdmit(t *testing.T) {
 			if tt.dirtyKey {
 				c.dirty.mark(tt.k.name(c.prefix), 4)
 			}
-			if got := c.admit(tt.k, &tt.r, now, tt.from); got != tt.want {
+			if got := c.admit(tt.k, tt.r, now, tt.from); got != tt.want {
 				t.Fatalf("admit = %d; want %d", got, tt.want)
 			}
 		})

@@ -165,16 +165,13 @@ func (m *miss) awaitFill(ctx context.Context) look {
 		filled, stop := c.inv.watchFill(m.name)
 		found := c.readShared(ctx, m.k, m.name, m.hold)
 		switch {
-		case found.lease == leaseTaken:
+		case found.lease == leaseTaken: // the holder's lease expired: this one loads
 			stop()
-			found.v = missing // the holder's lease expired: this one loads
 			return found
 		case found.v == admitted || found.v == absent:
 			stop()
 			c.counts.coalesced.Add(1)
-			if found.v == admitted {
-				found.v = collapsed
-			}
+			found.collapsed = found.v == admitted
 			m.hold = hold{}
 			return found
 		case found.lease != leaseHeldElsewhere, announced:

@@ -126,6 +126,9 @@ type look struct {
 	r     record
 	v     verdict
 	lease leaseState
+	// collapsed: another gateway's lease filled it while this one waited
+	// (awaitFill).
+	collapsed bool
 }
 
 // flight runs once per key at a time, within the load timeout, detached
@@ -140,10 +143,10 @@ func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Codin
 	switch found.v {
 	case admitted:
 		c.keepLocal(k, found.r, m.began)
+		if found.collapsed {
+			return loaded{r: found.r, state: Miss, collapsed: true}, nil
+		}
 		return loaded{r: found.r, state: Hit}, nil
-	case collapsed:
-		c.keepLocal(k, found.r, m.began)
-		return loaded{r: found.r, state: Miss, collapsed: true}, nil
 	case absent:
 		return loaded{absent: true}, notFound(name)
 	}
