@@ -18,25 +18,9 @@ import (
 	"time"
 )
 
-// The release comparison (-release, -against REV): the working tree's
-// gateway against an earlier commit's, each built from its own tree (the
-// earlier one in a git worktree of its own, in the run's temporary
-// directory), both driven by this harness through the same hot-hit cases,
-// interleaved, each on a store of its own (its own PostgreSQL database,
-// SQLite file and Redis key prefix), with fiber-static beside them:
-//
-//	local     Redis configured, the default local tier, the hot listing from it
-//	embedded  SQLite, no Redis
-//	miss      Redis configured and emptied, PostgreSQL: every request a listing not read before
-//	miss-bare the same walk with no Redis and a one-byte local tier: the
-//	          floor under miss, a store read with no cache I/O at all
-//
-// Every gateway runs with the harness's settings (gatewayEnv: log level
-// warn, everything else at its default; the access log is on at its
-// default, all). Before anything starts, each binary's --help must name
-// every GATEWAY_ setting the harness passes, and the settings that one
-// binary has and the other lacks, or whose defaults differ, are listed in
-// the report: they are the configuration the two do not share.
+// The release comparison (-release, -against REV): this tree's gateway
+// against an earlier commit's, interleaved, on the hot-hit and miss cases;
+// the method is in METHODS.md, "The release comparison".
 
 // releaseCases are the gateways of each build, with their settings.
 var releaseCases = []struct {

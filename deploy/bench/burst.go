@@ -24,24 +24,8 @@ import (
 )
 
 // The cold burst (-burst): what one cold listing costs the store when the
-// whole fleet asks for it at once (issue 32). Each build (this tree, and
-// with -against REV that commit's, from a git worktree as -release builds
-// it) gets its own PostgreSQL database, seeded through the lab, and
-// burstGateways gateways on one Redis key prefix of its own, every one on
-// PostgreSQL through internal/faultproxy (its latency). A run sends
-// -conns clients per gateway (one wrk -t1 per gateway) at burstListings
-// listings that no gateway has read, each request another of them at
-// random, for -duration; the store's reads of the run are the gateways'
-// counters' growth: /stats storeLoads (the cache's loads) and
-// gateway_store_requests_total{op="listing_by_id"|"listing_by_number"}
-// (the store's calls), summed over the gateways. Every run takes the next
-// burstListings listings of the database: none of them is in any gateway's
-// local tier or in Redis (checked before each run), as after a flush.
-//
-// The variants: the store as it is (the proxy passes at once) and the
-// store slowed by burstDelay per answer (the proxy holds back every chunk
-// from PostgreSQL). The builds run back to back, the order flipped each
-// repetition (A B B A …), after one warm-up round that is not reported.
+// whole fleet asks for it at once; the method is in METHODS.md, "The cold
+// burst".
 
 const (
 	burstGateways = 4

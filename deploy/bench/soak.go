@@ -32,43 +32,8 @@ import (
 	"github.com/realty-gateway/gateway/internal/gatewaytest"
 )
 
-// The soak (-soak): the local tier and the change feed's consumer under
-// load. Two gateways built from this tree on one fresh PostgreSQL
-// database (-listings, 10,000 unless given) and one Redis key prefix, the
-// local tier on (its default), the lab's settings otherwise; -soak-hogs
-// busy processes (`yes`) beside them; for -soak-duration:
-//
-//   - wrk -t1 -c<-soak-conns> on each gateway, every request a listing of
-//     the database at random;
-//   - PUTs through each gateway, -soak-write-rate a second each, to
-//     soakPutListings listings, each listing written through both
-//     gateways in turn and one write at a time (so that its versions
-//     commit in order);
-//   - UPDATEs in SQL straight into PostgreSQL (-soak-sql-rate a second, on
-//     soakSQLListings other listings), which reach the caches through the
-//     change feed alone;
-//   - -soak-readers checked readers per gateway, each reading the written
-//     listings from that gateway (both keys, each read in another coding);
-//   - once a second, both gateways' /metrics: gateway_cache_local_tier_on
-//     and gateway_feed_consumer.
-//
-// An old read: of a listing written with PUT, a body whose version is
-// below the floor loaded before the request was sent (the last version
-// whose PUT had returned 200), as TestEndToEndTwoProcessCoherence counts
-// it; of a listing written in SQL, a body older than one that an earlier
-// read of the same gateway and key had returned before this read was sent
-// (the feed tests' "never the old one again",
-// TestEndToEndFeedUpdatesFromSQL), or older than a version committed more
-// than -soak-sql-bound before the read was sent (the feed tests'
-// patience). A PUT listing's read older than an earlier read's but not
-// below the floor (the newer version's PUT had not returned) is counted
-// apart, not as an old read. A SQL write is seen after the feed's lag, so a read of the
-// version before within that bound is not an old read; the lag is
-// reported. After the load, every written listing must read at its last
-// version on both gateways and both keys (within 30 s).
-//
-// The run fails (a non-zero exit, the report printed and written to -out)
-// when there was an old read or a final read did not converge.
+// The soak (-soak): two gateways under CPU hogs, reads and writes, and
+// every old read counted; the method is in METHODS.md, "The soak".
 
 const (
 	soakPutListings = 20  // listings 101..120, written with PUT
