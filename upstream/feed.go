@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// The change feed: a trigger in each engine records every INSERT, UPDATE
-// and DELETE of a listing, whoever makes it, as a Change in the writer's
-// own transaction. One gateway at a time (the consumer, holding a
+// The change feed: a trigger in each engine records every write of a
+// listing that changes a column it watches (an UPDATE of the kept body,
+// tag or date alone is not one), whoever makes it, as a Change in the
+// writer's own transaction. One gateway at a time (the consumer, holding a
 // FeedSession) applies them to every cache tier and marks them applied,
 // then done once the CDN was purged too. Changes are read by "not yet
 // applied", never through a cursor: sequence numbers are given out before
@@ -55,7 +56,7 @@ type ListingState struct {
 
 // FeedPosition is where the feed stands: the Redis that its applied marks
 // refer to (empty before any consumer adopted one) and the highest
-// sequence number recorded so far.
+// sequence number still kept (0 when Prune left none).
 type FeedPosition struct {
 	RedisIdentity string
 	LastSeq       int64
@@ -71,27 +72,30 @@ type Settled struct {
 // are safe for concurrent use.
 type Feed interface {
 	// Acquire makes the caller the consumer, or returns ErrNotConsumer
-	// while another holds the feed. holder names the caller for operators.
+	// while another holds the feed. holder names the caller for operators,
+	// and is recorded in the store. SQLite off unix cannot hold the feed.
 	Acquire(ctx context.Context, holder string) (FeedSession, error)
 	// Position reads where the feed stands.
 	Position(ctx context.Context) (FeedPosition, error)
-	// Unapplied returns the changes up to seq upTo that no consumer has
-	// applied yet: the listings whose cached copies may be old.
+	// Unapplied returns up to limit changes up to seq upTo, by sequence,
+	// that no consumer has applied yet: the listings whose cached copies
+	// may be old.
 	Unapplied(ctx context.Context, upTo int64, limit int) ([]Change, error)
 	// CaughtUp reports whether every change up to upTo was applied.
 	CaughtUp(ctx context.Context, upTo int64) (bool, error)
 	// Applied reports whether every change of the listing up to revision
 	// was applied: no cache tier holds an older version any more.
 	Applied(ctx context.Context, listingID, revision int64) (bool, error)
-	// Settle marks the changes that wrote these versions applied and done,
-	// if they are not yet, provided the consumer's Redis is still
-	// redisIdentity: the writer published to that Redis itself.
+	// Settle marks the changes that wrote these versions, and are not yet
+	// applied, applied and done, in one statement, provided the consumer's
+	// Redis is still redisIdentity (the writer published to that Redis
+	// itself); otherwise it changes nothing.
 	Settle(ctx context.Context, redisIdentity string, versions []Settled) error
 }
 
-// FeedSession is the consumer's hold on the feed. Its calls return
-// ErrNotConsumer, or another error, once the hold is lost; the consumer
-// then stops applying and closes it.
+// FeedSession is the consumer's hold on the feed, for one goroutine at a
+// time. Its calls return ErrNotConsumer, or another error, once the hold
+// is lost; the consumer then stops applying and closes it.
 type FeedSession interface {
 	// Renew proves the hold still stands; it must be called more often
 	// than Lease. A Renew that succeeds past Lease proves it too: the hold
@@ -105,11 +109,13 @@ type FeedSession interface {
 	// at least settle ago, by sequence.
 	Pending(ctx context.Context, settle time.Duration, limit int) ([]Change, error)
 	// Unpurged returns up to limit changes applied at least after ago
-	// but not yet done.
+	// but not yet done, by sequence.
 	Unpurged(ctx context.Context, after time.Duration, limit int) ([]Change, error)
 	// Listings reads the current state of these listing ids. A live one
-	// whose kept response body is not current gets one, whose date it
-	// answers (Encoded.Modified).
+	// whose kept response body is not current gets one, written to its row
+	// (one statement each, no transaction: a failed write fails the call),
+	// whose date it answers (Encoded.Modified, 0 where the row changed
+	// meanwhile). A row whose document does not decode is Gone.
 	Listings(ctx context.Context, ids []int64) (map[int64]ListingState, error)
 	// KeepBodies keeps the response body of each live listing of ids
 	// whose kept body is not current: the backfill's write.
@@ -123,8 +129,10 @@ type FeedSession interface {
 	MarkDone(ctx context.Context, seqs []int64) error
 	// Adopt records redisIdentity as the Redis that applied marks refer
 	// to. When it differs from the one recorded, every change made within
-	// replay is marked not applied, so that it is applied to the new
-	// Redis, and it returns how many. The marks go in short transactions,
+	// replay that was applied is marked not applied, not done and
+	// replayed, so that it is applied to the new Redis, and it returns how
+	// many marks it made (a change a writer settled meanwhile counts
+	// twice). The marks go in short transactions,
 	// the old Redis still adopted meanwhile; the last one adopts the new
 	// Redis and marks again what a writer settled behind them, so that a
 	// replay cut short goes on where it stopped at the next call.
@@ -132,14 +140,19 @@ type FeedSession interface {
 	// AwaitUndone reports whether any change is not done yet (not
 	// applied, or its purge not acknowledged), waiting up to wait for one:
 	// it returns true soon after any writer commits a change, and false
-	// once wait has passed without one (at once, with wait 0). It is the
-	// idle consumer's wait: it costs the store and the gateway next to
-	// nothing while the feed is idle, and proves the hold as Renew does.
+	// once wait has passed without one (at once, with wait 0), or sooner
+	// where the engine bounds a wait (PostgreSQL: by its statement
+	// timeout), so callers loop. It is the idle consumer's wait: it costs
+	// next to nothing while the feed is idle where the engine can be told
+	// of commits (PostgreSQL with TEMP, SQLite with inotify; otherwise it
+	// asks every 100 ms), and proves the hold as Renew does.
 	AwaitUndone(ctx context.Context, wait time.Duration) (bool, error)
 	// Backlog counts the changes not yet applied and how long ago the
 	// oldest was made, by the database's clock.
 	Backlog(ctx context.Context) (rows int64, lag time.Duration, err error)
-	// Prune deletes up to limit done changes made more than keep ago.
+	// Prune deletes up to limit done changes made more than keep ago, and
+	// the graves of removed rows older than keep; it returns how many
+	// changes it deleted.
 	Prune(ctx context.Context, keep time.Duration, limit int) (int64, error)
 	// Close gives the feed up.
 	Close(ctx context.Context) error

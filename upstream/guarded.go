@@ -19,7 +19,8 @@ import (
 // breaker.Guard: a deadline, a bulkhead and a circuit breaker. It keeps the
 // store's answers (see Answered) as they are, translates every other
 // failure into ErrUnavailable, and passes a caller's cancellation through
-// without counting it against the store.
+// without counting it against the store in the breaker (Observe still
+// reports it as an error).
 type Guarded struct {
 	store   Store
 	guard   *breaker.Guard

@@ -307,8 +307,9 @@ func (e *ImportError) Unwrap() error { return e.Err }
 // ImportListings, all or none in one transaction, but read from next a
 // batch at a time and handed to stored, when set, a batch at a time as
 // written (before the commit), so that a file of any length takes the
-// memory of one batch. An error of next ends the import and is returned as
-// it is. It returns how many listings it stored. Both SQL engines are
+// memory of a few batches. An error of next ends the import and is
+// returned as it is; one of stored ends it too, and nothing is stored. It
+// returns how many listings it stored. Both SQL engines are
 // StreamImporters.
 type StreamImporter interface {
 	ImportStream(ctx context.Context, next iter.Seq2[Listing, error], stored func([]Listing) error) (int, error)
@@ -323,21 +324,27 @@ type Store interface {
 	ListingByNumber(ctx context.Context, firmID, no int64) (Listing, error)
 	// EncodedByID and EncodedByNumber return what a read answers: the
 	// stored response body where it is current, else the listing encoded
-	// afresh (and stored, for the next read).
+	// afresh and written to its row with its Last-Modified, best effort
+	// (where that write fails, Encoded.Modified is 0). A missing listing
+	// is ErrNotFound. Concurrent reads may share one query.
 	EncodedByID(ctx context.Context, id int64) (Encoded, error)
 	EncodedByNumber(ctx context.Context, firmID, no int64) (Encoded, error)
 
-	// FirmByKeyDigest finds the firm whose API key has this SHA-256 digest.
+	// FirmByKeyDigest finds the firm whose API key has this SHA-256
+	// digest; an unknown digest is ErrNotFound.
 	FirmByKeyDigest(ctx context.Context, digest []byte) (Firm, error)
 	// UserByEmail finds an enabled user of the firm; the e-mail is
 	// normalized first. A disabled user is ErrNotFound, as an unknown one
 	// is, so that login answers both alike.
 	UserByEmail(ctx context.Context, firmID int64, email string) (User, error)
 
-	// AddFirm stores a firm with the digest of its API key.
+	// AddFirm stores a firm with the digest of its API key. A blank name
+	// or an empty digest is ErrInvalid; a digest another firm has,
+	// ErrConflict.
 	AddFirm(ctx context.Context, name string, keyDigest []byte) (Firm, error)
-	// AddUser stores a user; a taken e-mail within the firm is ErrConflict,
-	// whether its user is enabled or disabled.
+	// AddUser stores a user, its e-mail normalized first. An empty e-mail
+	// or an unknown firm is ErrInvalid; a taken e-mail within the firm is
+	// ErrConflict, whether its user is enabled or disabled.
 	AddUser(ctx context.Context, u User) (User, error)
 	// RotateFirmKey replaces the digest of firm firmID's API key and
 	// returns the firm: from then on FirmByKeyDigest finds it by the new
@@ -376,12 +383,13 @@ type Store interface {
 	// whose kid, algorithm and public key are all stored already changes
 	// nothing and returns the stored key, so that a gateway may publish its
 	// keys at every start; a kid stored with another key or algorithm is
-	// ErrConflict, an empty kid or key or another algorithm ErrInvalid.
+	// ErrConflict, and a key that SigningKey.Check refuses ErrInvalid.
 	AddSigningKey(ctx context.Context, k SigningKey, at time.Time) (SigningKey, error)
 	// SigningKeys returns every key ever added, retired ones too, by kid.
 	SigningKeys(ctx context.Context) ([]SigningKey, error)
-	// ActivateSigningKey makes key kid the signer from at (see
-	// ActiveSigningKey) and returns it. An unknown kid is ErrNotFound, a
+	// ActivateSigningKey makes key kid the signer from at, or from just
+	// after the latest SignsFrom of any key where that is later (see
+	// ActiveSigningKey), and returns it with the time it stored. An unknown kid is ErrNotFound, a
 	// retired key ErrConflict.
 	ActivateSigningKey(ctx context.Context, kid string, at time.Time) (SigningKey, error)
 	// RetireSigningKey retires key kid: it verifies until until, then no
@@ -399,12 +407,15 @@ type Store interface {
 	// id or no outside [1, MaxNumber], a zero id when the largest so far is
 	// MaxNumber, or a zero no when every number of the firm is in use, is a
 	// *ValidationError for field "id" or "no" (so ErrInvalid); a taken one
-	// is ErrConflict. It is also the create path of POST /realty, with one
+	// is ErrConflict; an unknown firm, or a user of another firm,
+	// ErrInvalid. The stored listings' Modified is set for a few (64 at
+	// most), else 0. It is also the create path of POST /realty, with one
 	// listing.
 	ImportListings(ctx context.Context, ls []Listing) ([]Listing, error)
 	// UpdateListing replaces the listing l.ID of firm l.FirmID. It keeps
-	// no, firmUserId and createdDate, sets updatedDate to now, raises the
-	// revision by one and returns the stored listing. A listing that does
+	// no, firmUserId and createdDate, sets updatedDate to now (or 1 ms
+	// after the stored one, where that is later), raises the revision by
+	// one, keeps the new response body and returns the stored listing. A listing that does
 	// not exist, is deleted or belongs to another firm is ErrNotFound; a
 	// non-zero l.No that differs from the stored one is a
 	// *ValidationError for field "no".

@@ -186,10 +186,11 @@ func (s *Session) Unpurged(ctx context.Context, after time.Duration, limit int) 
 	return cs, nil
 }
 
-// keepBodies keeps the bodies Listings made, which the next miss of each
-// serves, and gives each state the time that records for its revision: 0
-// where the row changed again (its own change comes next, and this version
-// goes without a Last-Modified).
+// keepBodies keeps the bodies that states made (for Listings and
+// KeepBodies), which the next miss of each serves, and gives each state
+// the time that records for its revision: 0 where the row changed again
+// (its own change comes next, and this version goes without a
+// Last-Modified).
 func (s *Session) keepBodies(ctx context.Context, encoded []upstream.Encoded, out map[int64]upstream.ListingState) error {
 	for _, e := range encoded {
 		modified, err := keepBody(ctx, s.db, storeBodyQuery(s.now), e)
