@@ -194,7 +194,7 @@ func TestApplyLocalTier(t *testing.T) {
 	requireApplied(t, c.Apply(ctx, []Update{live(next)}))
 	e, ok := c.cachedAt(ByID(1), time.Now())
 	if !ok || !strings.Contains(string(e.Body), "local change") {
-		t.Fatalf("Cached(1) = %s, %v; want the new version", e.Body, ok)
+		t.Fatalf("cachedAt(1) = %s, %v; want the new version", e.Body, ok)
 	}
 	if _, ok := c.cachedAt(ByID(2), time.Now()); ok {
 		t.Fatal("a floor answered as a listing")

@@ -259,7 +259,8 @@ func (m *miss) fill(ctx context.Context, r record) {
 // revision, in one round trip where the tier can; a failed write only
 // costs a later miss. A name that a write could not update takes nothing
 // older than that write. The write of h's key ends the lease h: remember
-// reports whether one did; where none did, the miss's releaseLease ends h.
+// reports whether one did (it succeeded); where none did, the miss's
+// releaseLease ends h.
 func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, h hold, names ...string) (endsLease bool) {
 	names = slices.DeleteFunc(names, func(name string) bool {
 		rev, dirty := c.dirty.revision(name)
@@ -271,9 +272,10 @@ func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, h hol
 	for i, err := range c.shared.fill(ctx, names, r, ttl, h) {
 		if err == nil {
 			c.dirty.clean(names[i]) // it now holds what the store has
+			endsLease = endsLease || !h.none() && names[i] == h.name
 		}
 	}
-	return !h.none() && slices.Contains(names, h.name)
+	return endsLease
 }
 
 // answer turns a flight's result into the caller's entry and counts it.

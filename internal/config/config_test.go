@@ -410,6 +410,7 @@ func TestTracingSettings(t *testing.T) {
 		{name: "a timeout that is not milliseconds", environ: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "5s"}, wantErr: "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"},
 		{name: "an unknown compression", environ: map[string]string{"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}, wantErr: "gzip or none"},
 		{name: "a client key without its certificate", environ: map[string]string{"OTEL_EXPORTER_OTLP_CLIENT_KEY": "k.pem"}, wantErr: "go together"},
+		{name: "bad settings while the SDK is disabled", give: Tracing{OTLPEndpoint: "collector:4317"}, environ: map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_HEADERS": "junk"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -453,16 +454,16 @@ func TestTracingExport(t *testing.T) {
 		{name: "ours first", give: Tracing{OTLPEndpoint: "https://g:4318"}, environ: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:1/x"},
 			want: OTLPExport{URL: "https://g:4318/v1/traces", Timeout: 10 * time.Second}},
 		{name: "headers, timeout, gzip, certificates", give: Tracing{OTLPEndpoint: "https://g:4318"}, environ: map[string]string{
-			"OTEL_EXPORTER_OTLP_HEADERS":         "Authorization=Bearer%20t0k, X-Tenant = a%2Cb",
-			"OTEL_EXPORTER_OTLP_TRACES_HEADERS":  "X-Only=traces",
-			"OTEL_EXPORTER_OTLP_TIMEOUT":         "2500",
-			"OTEL_EXPORTER_OTLP_COMPRESSION":     "GZIP",
-			"OTEL_EXPORTER_OTLP_CERTIFICATE":     "ca.pem",
-			"OTEL_EXPORTER_OTLP_CLIENT_KEY":      "k.pem",
+			"OTEL_EXPORTER_OTLP_HEADERS":            "Authorization=Bearer%20t0k, X-Tenant = a%2Cb",
+			"OTEL_EXPORTER_OTLP_TRACES_HEADERS":     "X-Only=traces",
+			"OTEL_EXPORTER_OTLP_TIMEOUT":            "2500",
+			"OTEL_EXPORTER_OTLP_COMPRESSION":        "GZIP",
+			"OTEL_EXPORTER_OTLP_CERTIFICATE":        "ca.pem",
+			"OTEL_EXPORTER_OTLP_CLIENT_KEY":         "k.pem",
 			"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": "c.pem",
 		}, want: OTLPExport{URL: "https://g:4318/v1/traces", Headers: map[string]string{"X-Only": "traces"}, Timeout: 2500 * time.Millisecond,
 			Gzip: true, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem"}},
-		{name: "general headers", environ: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20t0k, X-Tenant = a%2Cb"},
+		{name: "general headers", environ: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20t0k, X-Tenant = a%2Cb,"},
 			want: OTLPExport{URL: "http://c/v1/traces", Headers: map[string]string{"Authorization": "Bearer t0k", "X-Tenant": "a,b"}, Timeout: 10 * time.Second}},
 	}
 	for _, tt := range tests {

@@ -54,7 +54,7 @@ func (c Tracing) Export() OTLPExport {
 
 func (c Tracing) validate() error {
 	u := c.Export().URL
-	if u == "" {
+	if u == "" || c.disabled {
 		return nil
 	}
 	parsed, err := url.Parse(u)
@@ -72,6 +72,9 @@ func (c Tracing) validate() error {
 // errors name a variable, never its value.
 func (c *Tracing) fromEnviron(environ map[string]string) error {
 	c.disabled = strings.EqualFold(environ["OTEL_SDK_DISABLED"], "true")
+	if c.disabled { // tracing is off: its settings are not read
+		return nil
+	}
 	get := func(name string) (string, string) {
 		if v := environ["OTEL_EXPORTER_OTLP_TRACES_"+name]; v != "" {
 			return "OTEL_EXPORTER_OTLP_TRACES_" + name, v
@@ -117,10 +120,14 @@ func (c *Tracing) fromEnviron(environ map[string]string) error {
 }
 
 // parseHeaders reads key=value pairs separated by commas, each side
-// percent-decoded, as the OpenTelemetry specification gives them.
+// percent-decoded, as the OpenTelemetry specification gives them; an
+// empty pair is skipped.
 func parseHeaders(s string) (map[string]string, error) {
 	h := map[string]string{}
 	for i, pair := range strings.Split(s, ",") {
+		if strings.TrimSpace(pair) == "" {
+			continue // a trailing comma, as the SDK reads it
+		}
 		k, v, ok := strings.Cut(pair, "=")
 		key, kerr := url.PathUnescape(strings.TrimSpace(k))
 		value, verr := url.PathUnescape(strings.TrimSpace(v))

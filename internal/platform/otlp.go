@@ -76,7 +76,8 @@ func (c *otlpClient) Stop(context.Context) error {
 // UploadTraces sends one batch. TracesData is wire-compatible with the
 // collector's ExportTraceServiceRequest. It retries what the OTLP
 // specification calls retryable (429, 502, 503, 504, and a failed
-// connection), after Retry-After or a doubling wait, within the timeout.
+// connection but for a certificate refused), after Retry-After or a
+// doubling wait, while one more try fits within the timeout.
 func (c *otlpClient) UploadTraces(ctx context.Context, spans []*tracepb.ResourceSpans) error {
 	body, err := proto.Marshal(&tracepb.TracesData{ResourceSpans: spans})
 	if err != nil {
@@ -91,14 +92,21 @@ func (c *otlpClient) UploadTraces(ctx context.Context, spans []*tracepb.Resource
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.export.Timeout)
 	defer cancel()
-	wait := c.firstWait
+	deadline, _ := ctx.Deadline()
+	backoff := c.firstWait
 	for {
 		retryAfter, err := c.post(ctx, body)
 		if err == nil || retryAfter < 0 {
 			return err
 		}
+		wait := backoff
 		if retryAfter > 0 {
 			wait = retryAfter
+		} else {
+			backoff *= 2
+		}
+		if wait >= time.Until(deadline) { // no try would fit
+			return err
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -107,7 +115,6 @@ func (c *otlpClient) UploadTraces(ctx context.Context, spans []*tracepb.Resource
 			return err
 		case <-t.C:
 		}
-		wait *= 2
 	}
 }
 
@@ -137,7 +144,8 @@ func (c *otlpClient) post(ctx context.Context, body []byte) (retryAfter time.Dur
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
+		var unverified *tls.CertificateVerificationError
+		if ctx.Err() != nil || errors.As(err, &unverified) { // a retry would fail alike
 			return -1, fmt.Errorf("OTLP export: %w", err)
 		}
 		return 0, fmt.Errorf("OTLP export: %w", err)

@@ -105,6 +105,25 @@ func TestOTLPClientRetries(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a Retry-After past the timeout", func(t *testing.T) {
+		var calls atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}))
+		defer srv.Close()
+		const timeout = 2 * time.Second
+		c, err := newOTLPClient(config.OTLPExport{URL: srv.URL, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		err = c.UploadTraces(context.Background(), someSpans("x"))
+		if took := time.Since(start); err == nil || took >= timeout || calls.Load() != 1 {
+			t.Errorf("UploadTraces = %v after %v and %d calls; want the error at once, after one call", err, took, calls.Load())
+		}
+	})
 	t.Run("a collector that hangs", func(t *testing.T) {
 		release := make(chan struct{})
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
