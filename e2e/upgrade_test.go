@@ -33,6 +33,51 @@ const upgradeFrom = "65008c9"
 // offline matches the go command's answer where no module can be fetched.
 var offline = regexp.MustCompile(`module lookup disabled|dial tcp|no such host`)
 
+// readVersion reads path through p and returns the version its title
+// names ("v<n>"), or what was wrong with the answer: not 200, another
+// listing than id, or another title.
+func readVersion(p *process, path, tok string, id int64) (int64, response, string) {
+	r, err := send(p, http.MethodGet, path, tok, "")
+	var l struct {
+		ID    int64  `json:"id"`
+		Title string `json:"title"`
+	}
+	if err != nil || r.status != http.StatusOK || json.Unmarshal(r.body, &l) != nil || l.ID != id {
+		return 0, r, fmt.Sprintf("%d %v %.200s", r.status, err, r.body)
+	}
+	var v int64
+	if n, err := fmt.Sscanf(l.Title, "v%d", &v); n != 1 || err != nil || fmt.Sprintf("v%d", v) != l.Title {
+		return 0, r, fmt.Sprintf("title %q", l.Title)
+	}
+	return v, r, ""
+}
+
+// writeSQLVersion titles listing id "v<v>" in place of "v<v-1>" by an
+// UPDATE in SQL behind the gateways, and returns once the change feed
+// has applied it: from then on no read may show an older version.
+func writeSQLVersion(ctx context.Context, conn *pgx.Conn, id int64, v int) error {
+	var rev, seq int64
+	if err := conn.QueryRow(ctx, `UPDATE listings SET document = replace(document, $1, $2) WHERE id = $3 RETURNING revision`,
+		fmt.Sprintf(`"title":"v%d"`, v-1), fmt.Sprintf(`"title":"v%d"`, v), id).Scan(&rev); err != nil {
+		return fmt.Errorf("UPDATE v%d of %d: %w", v, id, err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT seq FROM listing_changes WHERE listing_id = $1 AND revision = $2`, id, rev).Scan(&seq); err != nil {
+		return fmt.Errorf("the change of v%d of %d: %w", v, id, err)
+	}
+	for began := time.Now(); ; time.Sleep(5 * time.Millisecond) {
+		var applied bool
+		if err := conn.QueryRow(ctx, `SELECT applied_at IS NOT NULL FROM listing_changes WHERE seq = $1`, seq).Scan(&applied); err != nil {
+			return err
+		}
+		if applied {
+			return nil
+		}
+		if time.Since(began) > testenv.Patience() {
+			return fmt.Errorf("SQL v%d of %d not applied by the feed within %v", v, id, testenv.Patience())
+		}
+	}
+}
+
 // buildRelease builds rev's gateway from the repository's history into
 // the test's temporary directory. It skips the test where the clone does
 // not hold rev (a shallow clone), saying so.
@@ -123,19 +168,10 @@ func TestEndToEndRollingUpgrade(t *testing.T) {
 			least, viewLeast = floor[i].Load(), seen[g][i][form].Load()
 		}
 		path := paths(i)[form]
-		r, err := send(ps[g], http.MethodGet, path, tok, "")
+		v, _, problem := readVersion(ps[g], path, tok, int64(burstFirstID+i))
 		answered.Add(1)
-		var l struct {
-			ID    int64  `json:"id"`
-			Title string `json:"title"`
-		}
-		var v int64
-		if err != nil || r.status != http.StatusOK || json.Unmarshal(r.body, &l) != nil || l.ID != int64(burstFirstID+i) {
-			report("%s on gateway %d: %d %v %.200s", path, g, r.status, err, r.body)
-			return
-		}
-		if n, err := fmt.Sscanf(l.Title, "v%d", &v); n != 1 || err != nil {
-			report("%s on gateway %d: title %q", path, g, l.Title)
+		if problem != "" {
+			report("%s on gateway %d: %s", path, g, problem)
 			return
 		}
 		switch {
@@ -169,26 +205,7 @@ func TestEndToEndRollingUpgrade(t *testing.T) {
 			return err
 		}
 		defer conn.Close(ctx)
-		var rev, seq int64
-		if err := conn.QueryRow(ctx, `UPDATE listings SET document = replace(document, $1, $2) WHERE id = $3 RETURNING revision`,
-			fmt.Sprintf(`"title":"v%d"`, v-1), fmt.Sprintf(`"title":"v%d"`, v), burstFirstID+i).Scan(&rev); err != nil {
-			return fmt.Errorf("UPDATE v%d of %d: %w", v, burstFirstID+i, err)
-		}
-		if err := conn.QueryRow(ctx, `SELECT seq FROM listing_changes WHERE listing_id = $1 AND revision = $2`, burstFirstID+i, rev).Scan(&seq); err != nil {
-			return fmt.Errorf("the change of v%d of %d: %w", v, burstFirstID+i, err)
-		}
-		for began := time.Now(); ; time.Sleep(5 * time.Millisecond) {
-			var applied bool
-			if err := conn.QueryRow(ctx, `SELECT applied_at IS NOT NULL FROM listing_changes WHERE seq = $1`, seq).Scan(&applied); err != nil {
-				return err
-			}
-			if applied {
-				return nil
-			}
-			if time.Since(began) > testenv.Patience() {
-				return fmt.Errorf("SQL v%d of %d not applied by the feed within %v", v, burstFirstID+i, testenv.Patience())
-			}
-		}
+		return writeSQLVersion(ctx, conn, burstFirstID+int64(i), v)
 	}
 
 	done := make(chan struct{})
