@@ -1,5 +1,7 @@
 package cache
 
+import "time"
+
 // verdict is admission's answer: whether a copy may answer a read, and if
 // not, why.
 type verdict uint8
@@ -9,14 +11,14 @@ const (
 	absent                   // a fresh "no such listing": answer 404
 	expired                  // past its freshness
 	untrusted                // a Redis copy while Redis may have missed a write (trust.go)
-	dirty                    // a key that a write could not update (dirty.go)
-	floored                  // a floor: it holds nothing to serve
+	floored                  // a floor's: a Redis floor record, or a copy below a floor (floors.go)
 	foreign                  // another listing's copy, or a value written under the wrong key
 	missing                  // nothing readable was found
 )
 
 // fallback reports whether a copy of this verdict may answer while the
-// store fails (stale-if-error): one that is only old or only untrusted.
+// store fails (stale-if-error): one that is only old or only untrusted,
+// never one a floor refuses, which is older than a write known here.
 // The caller checks that it is a listing, not an absence.
 func (v verdict) fallback() bool { return v == expired || v == untrusted }
 
@@ -33,7 +35,9 @@ const (
 // are every verdict. Every read path asks it: Local and the flight's
 // look at the shared tier, and through them Get, Load and the gateway.
 // The checks run cheapest and most common first: a hit costs a few
-// compares and, for a Redis copy, two atomic loads.
+// compares and, for a Redis copy, two atomic loads where no floor stands.
+// A local copy is not checked against the floors: invalidate dropped
+// what a floor's raise outdated, and keep refuses what is below one.
 func (c *Cache) admit(k Key, r *record, now int64, from origin) verdict {
 	switch {
 	case r == nil:
@@ -42,9 +46,9 @@ func (c *Cache) admit(k Key, r *record, now int64, from origin) verdict {
 		return floored
 	case !r.belongsTo(k):
 		return foreign
-	case from == fromShared && c.dirty.has(k, c.prefix):
-		return dirty
-	case from == fromShared && !c.trust.allows(k):
+	case from == fromShared && c.floors.refuses(k, r, time.UnixMilli(now)):
+		return floored
+	case from == fromShared && !c.trust.allows():
 		return untrusted
 	case now >= r.freshUntil:
 		return expired

@@ -18,7 +18,8 @@ func TestAdmit(t *testing.T) {
 		r          *record
 		k          Key
 		from       origin
-		dirtyKey   bool
+		doubt      doubt
+		floor      int64 // the listing's floor
 		distrusted bool
 		want       verdict
 	}{
@@ -29,8 +30,11 @@ func TestAdmit(t *testing.T) {
 		{name: "an absence past its freshness", r: &record{kind: kindAbsent, freshUntil: stale}, k: ByID(5), from: fromShared, want: expired},
 		{name: "Redis not trusted", r: listing(kindActive, fresh), k: ByID(5), from: fromShared, distrusted: true, want: untrusted},
 		{name: "Redis not trusted, a local copy", r: listing(kindActive, fresh), k: ByID(5), from: fromLocal, distrusted: true, want: admitted},
-		{name: "a key a write could not update", r: listing(kindActive, fresh), k: ByID(5), from: fromShared, dirtyKey: true, want: dirty},
-		{name: "a dirty key, a local copy", r: listing(kindActive, fresh), k: ByID(5), from: fromLocal, dirtyKey: true, want: admitted},
+		{name: "a key a write could not update", r: listing(kindActive, fresh), k: ByNumber(1, 7), from: fromShared, doubt: unwritten, want: floored},
+		{name: "a key Redis may have missed a change of", r: listing(kindActive, fresh), k: ByID(5), from: fromShared, doubt: suspect, want: floored},
+		{name: "a key in doubt, a local copy", r: listing(kindActive, fresh), k: ByID(5), from: fromLocal, doubt: unwritten, want: admitted},
+		{name: "below its listing's floor", r: listing(kindActive, fresh), k: ByNumber(1, 7), from: fromShared, floor: 4, want: floored},
+		{name: "at its listing's floor", r: listing(kindActive, fresh), k: ByNumber(1, 7), from: fromShared, floor: 3, want: admitted},
 		{name: "a floor", r: &record{kind: kindFloor, id: 5, revision: 4, freshUntil: fresh}, k: ByID(5), from: fromShared, want: floored},
 		{name: "another listing's copy", r: listing(kindActive, fresh), k: ByID(6), from: fromShared, want: foreign},
 		{name: "another number's copy", r: listing(kindActive, fresh), k: ByNumber(1, 8), from: fromLocal, want: foreign},
@@ -38,12 +42,19 @@ func TestAdmit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &Cache{prefix: "p:", dirty: newDirtyKeys(), trust: newTrust(nil, nil, time.Second, quietLog())}
+			fl := newFloors(func() time.Time { return time.UnixMilli(now) })
+			c := &Cache{prefix: "p:", floors: fl, trust: newTrust(nil, nil, time.Second, fl, quietLog())}
 			if !tt.distrusted {
 				c.trust.state.Store(trusted)
 			}
-			if tt.dirtyKey {
-				c.dirty.mark(tt.k.name(c.prefix), 4)
+			switch {
+			case tt.doubt == suspect:
+				fl.suspects([]Key{tt.k})
+			case tt.doubt != 0:
+				fl.doubt(tt.k, tt.doubt, 4)
+			}
+			if tt.floor > 0 {
+				fl.raise([]Invalidation{{ID: 5, FirmID: 1, No: 7, Revision: tt.floor}}, time.Minute)
 			}
 			if got := c.admit(tt.k, tt.r, now, tt.from); got != tt.want {
 				t.Fatalf("admit = %d; want %d", got, tt.want)

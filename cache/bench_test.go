@@ -103,7 +103,7 @@ func BenchmarkLocalTier(b *testing.B) {
 	const hot = 1000
 	now := time.Now()
 	r := frontRecord(1, 1, `{"title":"x"}`, now.Add(time.Hour))
-	f := newFront(64<<20, time.Hour)
+	f := newFront(64<<20, time.Hour, newFloors(time.Now))
 	f.enable()
 	plain, _ := lru.New[Key, *frontEntry](hot * 2)
 	var mu sync.Mutex

@@ -17,8 +17,9 @@
 // front tier drops what another's write replaced (invalidate.go); Redis
 // entries are served only while the store's change feed vouches for them
 // (trust.go); Apply brings other writers' changes from the feed into
-// every tier (feed.go); keys a write could not update are never served
-// until repaired (dirty.go).
+// every tier (feed.go); a floor keeps a version below a known revision,
+// or a key in doubt, from being served or kept (floors.go), and keys a
+// write could not update are removed once Redis answers (repair.go).
 //
 // Concurrency: a *Cache is safe for concurrent use. Its background work
 // (the subscription, the verification of Redis, the settling of writes)
@@ -250,8 +251,7 @@ type Cache struct {
 	now        func() time.Time
 
 	counts counters
-	// dirty are keys that a write could neither update nor remove.
-	dirty dirtyKeys
+	floors *floors
 
 	// feed is the store's change feed, nil without one. trust gates Redis
 	// entries after signs that Redis missed writes, and settler marks this
@@ -281,7 +281,8 @@ func newCache(local localTier, shared sharedTier, cfg Config, deps Deps, opts []
 		}
 	}
 	c := &Cache{src: deps.Source, local: local, shared: shared, cfg: cfg, log: deps.Log, prefix: deps.Prefix,
-		loadTimeout: deps.LoadTimeout, compressor: z, now: time.Now, dirty: newDirtyKeys()}
+		loadTimeout: deps.LoadTimeout, compressor: z, now: time.Now}
+	c.floors = newFloors(func() time.Time { return c.now() })
 	if deps.Tracer != nil {
 		c.tracer = deps.Tracer.Tracer("github.com/realty-gateway/gateway/cache")
 	}
@@ -311,22 +312,21 @@ func NewRedis(rdb redis.UniversalClient, opTimeout time.Duration, cfg Config, de
 		return nil, err
 	}
 	rt := newRedisTier(rdb, opTimeout, deps.Log)
-	var local localTier // none: a nil interface, not a nil *front
-	var f *front
+	c, err := newCache(nil, rt, cfg, deps, opts)
+	if err != nil {
+		return nil, err
+	}
+	var f *front // none: c.local stays a nil interface, not a nil *front
 	if cfg.LocalBytes > 0 {
-		f = newFront(cfg.LocalBytes, cfg.LocalMaxAge)
-		local = f
+		f = newFront(cfg.LocalBytes, cfg.LocalMaxAge, c.floors)
+		c.local = f
 		if cfg.InvalidationWait < cfg.LocalMaxAge {
 			deps.Log.Warn("invalidation wait below the local tier's max age: a gateway slow to acknowledge may serve a version after the write that replaced it returned",
 				"invalidation_wait", cfg.InvalidationWait.String(), "local_max_age", cfg.LocalMaxAge.String())
 		}
 	}
-	c, err := newCache(local, rt, cfg, deps, opts)
-	if err != nil {
-		return nil, err
-	}
 	if c.feed != nil {
-		c.trust = newTrust(c.feed, rt.identity, c.loadTimeout, deps.Log)
+		c.trust = newTrust(c.feed, rt.identity, c.loadTimeout, c.floors, deps.Log)
 	}
 	rt.fault = c.trust.distrust
 	c.shared = observed(rt, &c.counts, deps.Log)
@@ -395,25 +395,28 @@ func (c *Cache) Subscribed() <-chan struct{} {
 }
 
 // applyInvalidations drops the announced listings' older versions from
-// this process: flights that started before the write are not joined, and
-// the local tier forgets them.
+// this process: their floors rise, flights that started before the write
+// are not joined, and the local tier forgets them.
 func (c *Cache) applyInvalidations(items []Invalidation) {
+	c.floors.raise(items, c.floorFor())
 	for _, it := range items {
 		c.flights.forget(ByID(it.ID).name(c.prefix))
 		c.flights.forget(ByNumber(it.FirmID, it.No).name(c.prefix))
 	}
 	if c.front != nil {
-		c.front.invalidate(items, c.now(), c.floorFor())
+		c.front.invalidate(items)
 	}
 }
 
-// floorFor is how long a revision seen invalidated refuses older puts:
-// longer than any read of an older version can be in flight.
+// floorFor is how long a revision seen invalidated stands in this process:
+// longer than any read of an older version can be in flight (a load, and
+// a wait for a lease), and than a local copy of it lives. The Redis floor
+// record stands the loads alone (floorTTL).
 func (c *Cache) floorFor() time.Duration { return 2*c.loadTimeout + c.cfg.LocalMaxAge }
 
-// names are the two keys of a listing.
-func (c *Cache) names(l upstream.Listing) [2]string {
-	return [2]string{ByID(l.ID).name(c.prefix), ByNumber(l.FirmID, l.No).name(c.prefix)}
+// listingKeys are the two keys of a listing.
+func listingKeys(l upstream.Listing) [2]Key {
+	return [2]Key{ByID(l.ID), ByNumber(l.FirmID, l.No)}
 }
 
 func (c *Cache) recordOf(l upstream.Listing) (record, error) {

@@ -83,13 +83,13 @@ func (c *Cache) changeWrites(ch Update) ([]keyWrite, []Invalidation, error) {
 	)
 	switch {
 	case st.Gone:
-		writes = append(writes, keyWrite{name: ByID(id).name(c.prefix), value: floorOf(Key{}), ttl: c.floorTTL()})
+		writes = append(writes, c.keyWrite(ByID(id), floorOf(Key{}), c.floorTTL()))
 	case st.Deleted:
 		l := st.Listing
 		current = ByNumber(l.FirmID, l.No)
 		tomb := record{revision: rev, id: id, firmID: l.FirmID, no: l.No, kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(kept)}
 		for _, k := range []Key{ByID(id), current} {
-			writes = append(writes, keyWrite{name: k.name(c.prefix), value: tomb, ttl: kept})
+			writes = append(writes, c.keyWrite(k, tomb, kept))
 		}
 	default:
 		l := st.Listing
@@ -102,7 +102,9 @@ func (c *Cache) changeWrites(ch Update) ([]keyWrite, []Invalidation, error) {
 			}
 		}
 		for _, k := range []Key{ByID(id), current} {
-			writes = append(writes, keyWrite{name: k.name(c.prefix), value: r, ttl: kept, ifCached: true, floor: floorOf(k)})
+			w := c.keyWrite(k, r, kept)
+			w.ifCached, w.floor = true, floorOf(k)
+			writes = append(writes, w)
 		}
 	}
 	items := []Invalidation{}
@@ -113,7 +115,7 @@ func (c *Cache) changeWrites(ch Update) ([]keyWrite, []Invalidation, error) {
 		if k == current {
 			continue
 		}
-		writes = append(writes, keyWrite{name: k.name(c.prefix), value: floorOf(k), ttl: c.floorTTL()})
+		writes = append(writes, c.keyWrite(k, floorOf(k), c.floorTTL()))
 		items = append(items, Invalidation{ID: id, FirmID: k.FirmID, No: k.No, Revision: rev})
 	}
 	if len(items) == 0 { // a removed row that named no number: the id alone
@@ -125,6 +127,11 @@ func (c *Cache) changeWrites(ch Update) ([]keyWrite, []Invalidation, error) {
 // floorTTL is how long a floor stands: longer than any load that started
 // before the change can take.
 func (c *Cache) floorTTL() time.Duration { return 2 * c.loadTimeout }
+
+// keyWrite is a write of value under k for ttl.
+func (c *Cache) keyWrite(k Key, value record, ttl time.Duration) keyWrite {
+	return keyWrite{key: k, name: k.name(c.prefix), value: value, ttl: ttl}
+}
 
 // writeKeys runs writes on the shared tier, in one round trip where it
 // can, and returns their errors in order.
@@ -138,7 +145,7 @@ func (c *Cache) writeKeys(ctx context.Context, writes []keyWrite) []error {
 	errs := c.shared.write(ctx, writes)
 	for i, err := range errs {
 		if err == nil {
-			c.dirty.clean(writes[i].name)
+			c.floors.written(writes[i].key)
 		}
 	}
 	return errs

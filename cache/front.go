@@ -16,8 +16,8 @@ import (
 //   - an entry lives at most maxAge from the start of the read or write
 //     that brought it: the bound on staleness when all else fails, and a
 //     write's longest wait for a slow gateway's acknowledgement;
-//   - a put below a revision already seen invalidated for its listing (a
-//     floor) is refused: a slow read of the old version lands too late;
+//   - a put below its listing's floor (floors.go) is refused: a slow read
+//     of the old version lands too late;
 //   - without a live subscription the tier is empty and takes nothing,
 //     and a put begun before the subscription was lost is refused (the
 //     generation changed): invalidations may have been missed.
@@ -29,8 +29,10 @@ type front struct {
 	gen     atomic.Uint64 // raised on every enable and disable
 	until   atomic.Int64  // unix nanoseconds when the last entry put expires
 
-	mu     sync.Mutex // makes floor checks and writes one step
-	floors map[int64]floor
+	// mu makes a put's floor check and its write one step, against
+	// invalidate, which runs after the floor is raised.
+	mu     sync.Mutex
+	floors *floors
 }
 
 type frontEntry struct {
@@ -39,22 +41,12 @@ type frontEntry struct {
 	weight  uint32 // what it costs the heap, for the byte bound
 }
 
-// floor is the highest revision of a listing seen invalidated, kept while
-// an older read may still be in flight.
-type floor struct {
-	revision int64
-	until    time.Time
-}
-
 // frontEntryOverhead is what an entry costs the heap beyond the buffer its
 // body and ETag point into: the entry, the key, otter's node and its
 // expiry bookkeeping. Measured by TestFrontWeigherMatchesTheHeap.
 const frontEntryOverhead = 256
 
-// floorsKept bounds the floors map before expired floors are swept.
-const floorsKept = 10_000
-
-func newFront(maxBytes int64, maxAge time.Duration) *front {
+func newFront(maxBytes int64, maxAge time.Duration, fl *floors) *front {
 	c := otter.Must(&otter.Options[Key, *frontEntry]{
 		MaximumWeight: uint64(maxBytes),
 		Weigher:       func(_ Key, e *frontEntry) uint32 { return e.weight },
@@ -64,7 +56,7 @@ func newFront(maxBytes int64, maxAge time.Duration) *front {
 			return time.Until(time.Unix(0, e.Value.expires))
 		}),
 	})
-	return &front{cache: c, maxAge: maxAge, floors: map[int64]floor{}}
+	return &front{cache: c, maxAge: maxAge, floors: fl}
 }
 
 // lookup returns the record kept under k, until the entry expires.
@@ -87,7 +79,7 @@ func (f *front) serving() bool { return f.enabled.Load() }
 func (f *front) generation() uint64 { return f.gen.Load() }
 
 // keep keeps r under k unless the tier changed generation since gen, or r
-// is older than a revision already invalidated. Only listings are kept:
+// is below its listing's floor. Only listings are kept:
 // absence is Redis's to cache. r ages from began, when the read or write
 // that produced it began: a copy of a version that a write replaced was
 // read before that write's announcement, so it expires within maxAge of
@@ -106,7 +98,7 @@ func (f *front) keep(k Key, r record, gen uint64, began time.Time) {
 	if f.gen.Load() != gen {
 		return
 	}
-	if fl, ok := f.floors[r.id]; ok && r.revision < fl.revision && began.Before(fl.until) {
+	if f.floors.below(&r, began) {
 		return
 	}
 	r = r.withDate(began)
@@ -133,23 +125,14 @@ func (f *front) reweigh(k Key, v *variants) {
 	})
 }
 
-// invalidate drops both keys of each listing and raises its floor.
-func (f *front) invalidate(items []Invalidation, now time.Time, floorFor time.Duration) {
+// invalidate drops both keys of each listing; the caller raised their
+// floors first.
+func (f *front) invalidate(items []Invalidation) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, it := range items {
-		if fl, ok := f.floors[it.ID]; !ok || fl.revision < it.Revision || now.After(fl.until) {
-			f.floors[it.ID] = floor{revision: max(fl.revision, it.Revision), until: now.Add(floorFor)}
-		}
 		f.cache.Invalidate(ByID(it.ID))
 		f.cache.Invalidate(ByNumber(it.FirmID, it.No))
-	}
-	if len(f.floors) > floorsKept {
-		for id, fl := range f.floors {
-			if now.After(fl.until) {
-				delete(f.floors, id)
-			}
-		}
 	}
 }
 

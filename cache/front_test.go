@@ -28,13 +28,15 @@ func TestFrontRefusesOlderVersions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFront(1<<20, time.Hour)
+			f := newFront(1<<20, time.Hour, newFloors(time.Now))
 			f.enable()
 			f.keep(ByID(7), frontRecord(7, 5, "{v5}", fresh), f.generation(), now)
 			if _, ok := f.lookup(ByID(7), now); !ok {
 				t.Fatal("v5 was not kept")
 			}
-			f.invalidate([]Invalidation{{ID: 7, FirmID: 1, No: 7, Revision: 6}}, now, time.Minute)
+			items := []Invalidation{{ID: 7, FirmID: 1, No: 7, Revision: 6}}
+			f.floors.raise(items, time.Minute)
+			f.invalidate(items)
 			if tt.give != nil {
 				tt.give(f)
 			}
@@ -52,7 +54,7 @@ func TestFrontRefusesOlderVersions(t *testing.T) {
 
 func TestFrontLostSubscription(t *testing.T) {
 	now := time.Now()
-	f := newFront(1<<20, time.Hour)
+	f := newFront(1<<20, time.Hour, newFloors(time.Now))
 	f.enable()
 	gen := f.generation()
 	f.keep(ByID(1), frontRecord(1, 1, "{a}", now.Add(time.Minute)), gen, now)
@@ -72,7 +74,7 @@ func TestFrontLostSubscription(t *testing.T) {
 
 func TestFrontMaxAgeAndFreshness(t *testing.T) {
 	now := time.Now()
-	f := newFront(1<<20, 2*time.Second)
+	f := newFront(1<<20, 2*time.Second, newFloors(time.Now))
 	f.enable()
 	f.keep(ByID(1), frontRecord(1, 1, "{a}", now.Add(time.Minute)), f.generation(), now)
 	f.keep(ByID(2), frontRecord(2, 1, "{b}", now.Add(time.Second)), f.generation(), now)
@@ -89,7 +91,7 @@ func TestFrontMaxAgeAndFreshness(t *testing.T) {
 
 func TestFrontIsBoundedByBytes(t *testing.T) {
 	now := time.Now()
-	f := newFront(1<<20, time.Hour)
+	f := newFront(1<<20, time.Hour, newFloors(time.Now))
 	f.enable()
 	body := "{" + string(bytes.Repeat([]byte("x"), 100<<10)) + "}"
 	for id := int64(1); id <= 100; id++ {

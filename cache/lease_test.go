@@ -154,7 +154,7 @@ func TestOnlyAWaitedForFillIsAnnounced(t *testing.T) {
 	if _, l, err := redisOf(c).get(ctx, waited, hold{name: waited, owner: "mine", seq: 1}); err != nil || l != leaseHeldElsewhere {
 		t.Fatalf("look at a leased key: lease %v, %v; want the lease left to its holder", l, err)
 	}
-	c.remember(ctx, c.recordOfEncoded(mustEncode(t, src.listings[6])), time.Minute, h, waited)
+	c.remember(ctx, c.recordOfEncoded(mustEncode(t, src.listings[6])), time.Minute, h, ByID(6))
 	msg, err := nextFilled(sub)
 	if err != nil || msg.Payload != waited {
 		t.Fatalf("announced %v, %v; want %q", msg, err, waited)

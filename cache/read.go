@@ -184,7 +184,8 @@ func (m *miss) lookShared(ctx context.Context) look {
 
 // readShared reads k from the shared tier and admits what it holds; where
 // the key is empty it takes the lease h, if any, or finds it taken.
-// Errors and unreadable values are misses; a dirty key is removed first.
+// Errors and unreadable values are misses; an unwritten key is removed
+// first.
 func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) look {
 	b, l, err := c.shared.get(ctx, name, h)
 	if err != nil || b == nil {
@@ -201,8 +202,10 @@ func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) look
 	case foreign:
 		c.counts.corrupt.Add(1)
 		c.log.WarnContext(ctx, "cache value unreadable, treated as miss", "key", name, "err", errForeign)
-	case dirty:
-		c.repair(ctx, name)
+	case floored:
+		if fl, ok := c.floors.doubted(k); ok && fl.doubt&unwritten != 0 {
+			c.repair(ctx, k)
+		}
 	}
 	return look{r: r, v: v}
 }
@@ -224,7 +227,7 @@ func (m *miss) loadStore(ctx context.Context, prev look) (loaded, error) {
 	switch {
 	case errors.Is(err, upstream.ErrNotFound):
 		absence := record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}
-		if c.remember(ctx, absence, c.cfg.Negative, m.hold, m.name) {
+		if c.remember(ctx, absence, c.cfg.Negative, m.hold, m.k) {
 			m.hold = hold{}
 		}
 		return loaded{}, err
@@ -248,8 +251,7 @@ func (m *miss) loadStore(ctx context.Context, prev look) (loaded, error) {
 // before the flight ends: the next flight's look finds it.
 func (m *miss) fill(ctx context.Context, r record) {
 	c := m.c
-	names := [2]string{ByID(r.id).name(c.prefix), ByNumber(r.firmID, r.no).name(c.prefix)}
-	if c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, m.hold, names[:]...) {
+	if c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, m.hold, ByID(r.id), ByNumber(r.firmID, r.no)) {
 		m.hold = hold{}
 	}
 	c.keepLocal(m.k, r, m.began)
@@ -257,21 +259,25 @@ func (m *miss) fill(ctx context.Context, r record) {
 
 // remember writes r under names in the shared tier, each guarded by its
 // revision, in one round trip where the tier can; a failed write only
-// costs a later miss. A name that a write could not update takes nothing
-// older than that write. The write of h's key ends the lease h: remember
+// costs a later miss. A key that a write could not update takes nothing
+// older than that write (floors.go). The write of h's key ends the lease h: remember
 // reports whether one did (it succeeded); where none did, the miss's
 // releaseLease ends h.
-func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, h hold, names ...string) (endsLease bool) {
-	names = slices.DeleteFunc(names, func(name string) bool {
-		rev, dirty := c.dirty.revision(name)
-		return ttl <= 0 || dirty && r.revision < rev
+func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, h hold, keys ...Key) (endsLease bool) {
+	keys = slices.DeleteFunc(keys, func(k Key) bool {
+		fl, doubted := c.floors.doubted(k)
+		return ttl <= 0 || doubted && fl.doubt&unwritten != 0 && r.revision < fl.revision
 	})
-	if len(names) == 0 {
+	if len(keys) == 0 {
 		return false
+	}
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.name(c.prefix)
 	}
 	for i, err := range c.shared.fill(ctx, names, r, ttl, h) {
 		if err == nil {
-			c.dirty.clean(names[i]) // it now holds what the store has
+			c.floors.written(keys[i]) // it now holds what the store has
 			endsLease = endsLease || !h.none() && names[i] == h.name
 		}
 	}

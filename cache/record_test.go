@@ -28,7 +28,7 @@ func TestCopiesKeptInProcessCarryTheirHTTPDate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := record{revision: 1, id: 1, firmID: 1, no: 1, kind: kindActive, etag: []byte(`"e"`), body: []byte(`{}`),
 				freshUntil: now.Add(time.Hour).UnixMilli(), modified: tt.modified}
-			f := newFront(1<<20, time.Hour)
+			f := newFront(1<<20, time.Hour, newFloors(time.Now))
 			f.enable()
 			f.keep(ByID(1), r, f.generation(), now)
 			m := newMemory(1<<20, "")

@@ -27,7 +27,8 @@ type sharedTier interface {
 
 // keyWrite is one key's part of a write or of applying a change.
 type keyWrite struct {
-	name  string
+	key   Key
+	name  string // key's, with the prefix
 	value record // written unless the key holds a newer revision
 	ttl   time.Duration
 	// ifCached: value goes only over a cached older copy; an empty key

@@ -20,7 +20,7 @@ import (
 // identity), it serves no Redis entry until it has verified that the feed
 // adopted the Redis it talks to and applied every change recorded up to
 // that moment. While it waits for the last changes, it distrusts only
-// their keys.
+// their keys: they are suspects, held in doubt by their floors (floors.go).
 
 // FeedView is what the cache reads of the store's change feed.
 type FeedView interface {
@@ -35,7 +35,7 @@ type FeedView interface {
 const (
 	trusted int32 = iota
 	distrusted
-	partial // trusted but for the keys in suspects
+	partial // trusted but for the suspects' keys
 )
 
 // distrustLimit bounds the keys a gateway distrusts one by one; past it, it
@@ -51,7 +51,7 @@ type trust struct {
 	timeout       time.Duration
 	log           *slog.Logger
 	state         atomic.Int32
-	suspects      atomic.Pointer[map[Key]struct{}]
+	floors        *floors
 	// epoch is raised by every distrust, so that a verification that
 	// began before it does not end in trust.
 	epoch    atomic.Uint64
@@ -59,26 +59,16 @@ type trust struct {
 	kick     chan struct{}
 }
 
-func newTrust(feed FeedView, redisIdentity func(context.Context) (string, error), timeout time.Duration, log *slog.Logger) *trust {
-	t := &trust{feed: feed, redisIdentity: redisIdentity, timeout: timeout, log: log, kick: make(chan struct{}, 1)}
+func newTrust(feed FeedView, redisIdentity func(context.Context) (string, error), timeout time.Duration, fl *floors, log *slog.Logger) *trust {
+	t := &trust{feed: feed, redisIdentity: redisIdentity, timeout: timeout, floors: fl, log: log, kick: make(chan struct{}, 1)}
 	t.state.Store(distrusted) // nothing is known of Redis yet
 	return t
 }
 
-// allows reports whether a Redis entry under k may be served.
-func (t *trust) allows(k Key) bool {
-	if t == nil {
-		return true
-	}
-	switch t.state.Load() {
-	case trusted:
-		return true
-	case partial:
-		_, suspect := (*t.suspects.Load())[k]
-		return !suspect
-	default:
-		return false
-	}
+// allows reports whether Redis entries may be served: the suspects' keys
+// are refused by their floors.
+func (t *trust) allows() bool {
+	return t == nil || t.state.Load() != distrusted
 }
 
 // distrust stops serving Redis entries until the next verification.
@@ -153,15 +143,14 @@ func (t *trust) verifyOnce(ctx context.Context) bool {
 		return false
 	}
 	if len(changes) < distrustLimit {
-		suspects := make(map[Key]struct{}, 2*len(changes))
+		suspects := make([]Key, 0, 3*len(changes))
 		for _, ch := range changes {
-			suspects[ByID(ch.ListingID)] = struct{}{}
-			suspects[ByNumber(ch.FirmID, ch.No)] = struct{}{}
+			suspects = append(suspects, ByID(ch.ListingID), ByNumber(ch.FirmID, ch.No))
 			if ch.Moved() {
-				suspects[ByNumber(ch.OldFirmID, ch.OldNo)] = struct{}{}
+				suspects = append(suspects, ByNumber(ch.OldFirmID, ch.OldNo))
 			}
 		}
-		t.suspects.Store(&suspects)
+		t.floors.suspects(suspects)
 		if t.epoch.Load() == epoch {
 			t.state.CompareAndSwap(distrusted, partial)
 		}
@@ -170,6 +159,7 @@ func (t *trust) verifyOnce(ctx context.Context) bool {
 		caught, err := feedCall(ctx, t.timeout, func(ctx context.Context) (bool, error) { return t.feed.CaughtUp(ctx, pos.LastSeq) })
 		if err == nil && caught {
 			t.identity.Store(&id)
+			t.floors.caughtUp()
 			if t.state.CompareAndSwap(partial, trusted) || t.state.CompareAndSwap(distrusted, trusted) {
 				t.log.Info("redis entries served again: the change feed has applied what it missed", "lastSeq", pos.LastSeq)
 			}

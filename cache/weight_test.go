@@ -58,7 +58,7 @@ func withinHeap(t *testing.T, measure func() (heap, weight float64)) {
 // against its byte bound is what the entry costs the heap, within 20 %.
 func TestFrontWeigherMatchesTheHeap(t *testing.T) {
 	withinHeap(t, func() (float64, float64) {
-		f := newFront(1<<30, time.Hour)
+		f := newFront(1<<30, time.Hour, newFloors(time.Now))
 		f.enable()
 		const n = 20_000
 		heap, weight := heapPerEntry(t, n, func(i int, r record) uint32 {
@@ -97,7 +97,7 @@ func TestLocalWeigherMatchesTheHeap(t *testing.T) {
 // kept until the byte bound evicts them.
 func TestExpiredEntriesLeaveMemory(t *testing.T) {
 	const life = 500 * time.Millisecond
-	f := newFront(1<<30, life)
+	f := newFront(1<<30, life, newFloors(time.Now))
 	f.enable()
 	cfg := testConfig()
 	cfg.LocalBytes = 1 << 30

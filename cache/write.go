@@ -129,7 +129,7 @@ func (c *Cache) ImportStream(ctx context.Context, next iter.Seq2[upstream.Listin
 
 // floorNew gives both keys of each new listing a floor at its revision,
 // and tells every gateway. A key that could be neither floored nor removed
-// is marked dirty, as a write's is.
+// is left unwritten, as a write's is.
 func (c *Cache) floorNew(ctx context.Context, items []Invalidation) error {
 	ctx = context.WithoutCancel(ctx)
 	ttl := c.floorTTL()
@@ -138,12 +138,12 @@ func (c *Cache) floorNew(ctx context.Context, items []Invalidation) error {
 		for _, k := range []Key{ByID(it.ID), ByNumber(it.FirmID, it.No)} {
 			floor := record{revision: it.Revision, id: it.ID, firmID: k.FirmID, no: k.No, kind: kindFloor, etag: []byte("-"),
 				freshUntil: c.until(ttl)}
-			writes = append(writes, keyWrite{name: k.name(c.prefix), value: floor, ttl: ttl})
+			writes = append(writes, c.keyWrite(k, floor, ttl))
 		}
 	}
 	for i, err := range c.writeKeys(ctx, writes) {
 		if err != nil {
-			c.removeKey(ctx, writes[i].name, writes[i].value.revision)
+			c.removeKey(ctx, writes[i].key, writes[i].value.revision)
 		}
 	}
 	c.applyInvalidations(items)
@@ -198,9 +198,9 @@ func (c *Cache) Delete(ctx context.Context, current upstream.Listing, cond upstr
 	tombstone := record{revision: gone.Revision, id: gone.ID, firmID: gone.FirmID, no: gone.No,
 		kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(ttl)}
 	published := trusted
-	for _, name := range c.names(gone) {
-		c.flights.forget(name)
-		published = c.publishKey(ctx, name, tombstone, ttl) && published
+	for _, k := range listingKeys(gone) {
+		c.flights.forget(k.name(c.prefix))
+		published = c.publishKey(ctx, k, tombstone, ttl) && published
 	}
 	c.applyInvalidations([]Invalidation{invalidationOf(gone, gone.Revision)})
 	published = c.announce(ctx, invalidationOf(gone, gone.Revision)) == nil && published
@@ -217,9 +217,9 @@ func (c *Cache) afterFailedWrite(ctx context.Context, l upstream.Listing, err er
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	for _, name := range c.names(l) {
-		c.flights.forget(name)
-		c.removeKey(ctx, name, math.MaxInt64)
+	for _, k := range listingKeys(l) {
+		c.flights.forget(k.name(c.prefix))
+		c.removeKey(ctx, k, math.MaxInt64)
 	}
 	// The store may hold the next revision: nothing older may be kept.
 	unknown := invalidationOf(l, l.Revision+1)
@@ -237,11 +237,11 @@ func (c *Cache) publish(ctx context.Context, l upstream.Listing, began time.Time
 	}
 	ctx = context.WithoutCancel(ctx)
 	ok := true
-	for _, name := range c.names(l) {
+	for _, k := range listingKeys(l) {
 		// Later readers in this process must not join a flight that
 		// started before the write.
-		c.flights.forget(name)
-		ok = c.publishKey(ctx, name, r, c.cfg.Fresh+c.cfg.Stale) && ok
+		c.flights.forget(k.name(c.prefix))
+		ok = c.publishKey(ctx, k, r, c.cfg.Fresh+c.cfg.Stale) && ok
 	}
 	s := since{gen: c.generation(), at: began}
 	c.applyInvalidations([]Invalidation{invalidationOf(l, l.Revision)})
@@ -254,11 +254,11 @@ func invalidationOf(l upstream.Listing, revision int64) Invalidation {
 	return Invalidation{ID: l.ID, FirmID: l.FirmID, No: l.No, Revision: revision}
 }
 
-// publishKey writes r under name, or removes the key where the write fails,
+// publishKey writes r under k, or removes the key where the write fails,
 // and reports whether the key no longer holds an older version.
-func (c *Cache) publishKey(ctx context.Context, name string, r record, ttl time.Duration) bool {
-	if err := c.writeKeys(ctx, []keyWrite{{name: name, value: r, ttl: ttl}})[0]; err != nil {
-		return c.removeKey(ctx, name, r.revision)
+func (c *Cache) publishKey(ctx context.Context, k Key, r record, ttl time.Duration) bool {
+	if err := c.writeKeys(ctx, []keyWrite{c.keyWrite(k, r, ttl)})[0]; err != nil {
+		return c.removeKey(ctx, k, r.revision)
 	}
 	return true
 }
@@ -282,17 +282,19 @@ func (c *Cache) Purge(ctx context.Context, k Key) ([]string, error) {
 	} else if !errors.Is(err, upstream.ErrNotFound) {
 		return nil, fmt.Errorf("listing %s: %w", name, err)
 	}
-	names := []string{name}
+	keys := []Key{k}
 	if it.ID > 0 && it.FirmID > 0 {
-		both := c.names(upstream.Listing{ID: it.ID, FirmID: it.FirmID, No: it.No})
-		names = both[:]
+		both := listingKeys(upstream.Listing{ID: it.ID, FirmID: it.FirmID, No: it.No})
+		keys = both[:]
 	}
-	for _, n := range names {
-		c.flights.forget(n)
-		if err := c.shared.del(ctx, n); err != nil {
-			return nil, fmt.Errorf("cache key %s: %w", n, err)
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.name(c.prefix)
+		c.flights.forget(names[i])
+		if err := c.shared.del(ctx, names[i]); err != nil {
+			return nil, fmt.Errorf("cache key %s: %w", names[i], err)
 		}
-		c.dirty.clean(n)
+		c.floors.written(k)
 	}
 	// The revision stays: the current version may be cached again at once.
 	c.applyInvalidations([]Invalidation{it})

@@ -176,7 +176,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	old := listing(6, 2, 2, true)
 	old.Title = "old"
 	src := newSource(old)
-	writer, tier, other, prefix := failingWriter(t, src)
+	writer, tier, other, _ := failingWriter(t, src)
 	ctx := context.Background()
 
 	if _, err := writer.Get(ctx, ByID(6), coding.Identity); err != nil { // both keys now hold "old"
@@ -194,7 +194,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
 		e, err := writer.Get(ctx, k, coding.Identity)
 		if err != nil || titleOf(t, e.Body) != "new" {
-			t.Fatalf("writer read %+v: %v %v; a dirty key was served", k, err, e.State)
+			t.Fatalf("writer read %+v: %v %v; an unwritten key was served", k, err, e.State)
 		}
 	}
 
@@ -202,8 +202,8 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	repairCtx, cancel := context.WithCancel(ctx)
 	go writer.Repair(repairCtx, 5*time.Millisecond)
 	testenv.WaitFor(t, func() bool {
-		_, id := writer.dirty.revision(prefix + "realty:id:6")
-		_, no := writer.dirty.revision(prefix + "realty:listing:2-2")
+		_, id := writer.floors.doubted(ByID(6))
+		_, no := writer.floors.doubted(ByNumber(2, 2))
 		return !id && !no
 	})
 	cancel()
@@ -237,7 +237,7 @@ func holdFill(t *testing.T, c *Cache, src *source, id int64) (release chan struc
 
 // TestSlowFillAfterAFailedPublish: a write cannot publish (Redis fails),
 // then Redis answers again and a fill that read the previous version
-// finishes. It must neither write that version nor clear the dirty mark.
+// finishes. It must neither write that version nor end the key's doubt.
 func TestSlowFillAfterAFailedPublish(t *testing.T) {
 	old := listing(6, 2, 2, true)
 	old.Title = "old"
