@@ -526,9 +526,9 @@ func TestGuardKeepsNewerRevision(t *testing.T) {
 			older := newer
 			older.revision, older.body = 4, []byte(`{"v":4}`)
 			name := ByID(1).name(c.prefix)
-			c.remember(ctx, newer, time.Hour, hold{}, ByID(1))
-			c.remember(ctx, older, time.Hour, hold{}, ByID(1))
-			found := c.readShared(ctx, ByID(1), name, hold{})
+			c.remember(ctx, newer, time.Hour, nil, ByID(1))
+			c.remember(ctx, older, time.Hour, nil, ByID(1))
+			found := c.readShared(ctx, ByID(1), name, nil)
 			if found.v != admitted || found.r.revision != 5 || string(found.r.body) != `{"v":5}` {
 				t.Fatalf("got revision %d body %s; an older fill overwrote a newer value", found.r.revision, found.r.body)
 			}

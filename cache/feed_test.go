@@ -93,7 +93,7 @@ func TestApplyRefreshesWhatIsCached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.remember(ctx, r, time.Minute, hold{}, ByID(2))
+	c.remember(ctx, r, time.Minute, nil, ByID(2))
 	if r, _ := stored(t, rdb, prefix+"realty:id:2"); r.kind != kindFloor {
 		t.Fatalf("after an older fill the key holds %+v; want the floor", r)
 	}

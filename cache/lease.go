@@ -2,10 +2,13 @@ package cache
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -32,32 +35,60 @@ import (
 // leasePoll is how often a waiter looks at Redis without a message.
 const leasePoll = 50 * time.Millisecond
 
-// hold is a lease this process may take or holds on the key name; the
-// zero hold takes none. Its lease key and token are spelled only where a
-// look finds the key empty: a hit allocates nothing for them.
-type hold struct {
+// lease is a miss's lease on its key, the one owner of it: the look that
+// finds the key empty takes it (look), a waiter waits for its holder's
+// fill (wait), the fill of its key ends it (fill, landed), and the
+// flight's deferred release ends it where it is still held. Its methods
+// alone change its state; a nil lease takes none. Its key and token are
+// spelled only where a look finds the key empty: a hit allocates nothing
+// for them.
+type lease struct {
 	name, owner string
 	seq         uint64
+	state       leaseState
+	// tier is the Redis tier its look ran on: the one that holds it, once
+	// taken.
+	tier *redisTier
 }
 
-// leaseState is what a look at an empty key did with its lease.
+// leaseState is where a lease stands.
 type leaseState uint8
 
 const (
-	noLease            leaseState = iota // none asked for, or the look failed: load without one
-	leaseTaken                           // this look took it: load, and the fill ends it
-	leaseHeldElsewhere                   // another gateway holds it: wait for its fill
+	// leaseNone: none to take, wait for or release. A lease is none from
+	// the start without a fleet, and ends none once a look found the key
+	// or failed, its waiter gave up, or its fill or release ended it.
+	leaseNone          leaseState = iota
+	leaseWanted                   // the look that finds the key empty takes it
+	leaseHeld                     // this process holds it: it loads, and its fill ends it
+	leaseHeldElsewhere            // another gateway holds it: wait for its fill
 )
 
-// none reports whether h takes no lease.
-func (h hold) none() bool { return h.seq == 0 }
+// newLease is the lease a flight may take on name: none without a fleet
+// to share it with, or while coalescing across gateways is off.
+func (c *Cache) newLease(name string) lease {
+	if _, ok := hashTagged(name); c.inv == nil || !ok || !c.shareFlights() {
+		return lease{}
+	}
+	return lease{name: name, owner: c.inv.id, seq: c.inv.seq.Add(1), state: leaseWanted}
+}
 
-// lease is the key that holds h's lease.
-func (h hold) lease() string { return leaseKey(h.name) }
+// wanted reports whether a look at an empty key takes l, or finds whose
+// it is.
+func (l *lease) wanted() bool {
+	return l != nil && (l.state == leaseWanted || l.state == leaseHeldElsewhere)
+}
 
-// token is h's value in its lease key. The dot ends it: no token is the
-// start of another's.
-func (h hold) token() string { return h.owner + "-" + strconv.FormatUint(h.seq, 36) + "." }
+// heldElsewhere reports whether the last look found l held by another
+// gateway.
+func (l *lease) heldElsewhere() bool { return l != nil && l.state == leaseHeldElsewhere }
+
+// key is the key that holds l.
+func (l *lease) key() string { return leaseKey(l.name) }
+
+// token is l's value in its key. The dot ends it: no token is the start
+// of another's.
+func (l *lease) token() string { return l.owner + "-" + strconv.FormatUint(l.seq, 36) + "." }
 
 // leaseKey names the lease of the key name in name's Redis Cluster slot:
 // name's own hash tag where it has one, else all of name as the tag; ""
@@ -83,15 +114,6 @@ func hashTagged(name string) (tagged, ok bool) {
 		return true, true
 	}
 	return false, false
-}
-
-// newHold is the lease this flight may take on name: none without a fleet
-// to share it with, or while coalescing across gateways is off.
-func (c *Cache) newHold(name string) hold {
-	if _, ok := hashTagged(name); c.inv == nil || !ok || !c.shareFlights() {
-		return hold{}
-	}
-	return hold{name: name, owner: c.inv.id, seq: c.inv.seq.Add(1)}
 }
 
 // coldLooks tells, from this process's recent looks at Redis, whether keys
@@ -122,64 +144,87 @@ func (l *coldLooks) saw(empty bool) {
 	}
 }
 
-// releaseLease ends the lease the miss still holds, if any, without a
-// fill: its store read failed, or its fill did not write the lease's key.
-// Deferred by the flight, it is the one place a miss's lease is released.
-func (m *miss) releaseLease() {
-	m.c.release(m.hold)
-	m.hold = hold{}
-}
-
-// release ends h, if this process holds it, without a fill.
-func (c *Cache) release(h hold) {
-	if c.redis != nil {
-		c.redis.release(h)
+// look reads l's key from t and takes l where the key is empty: in the
+// look's own round trip while this process's looks mostly find keys
+// empty, else in a second one (coldLooks). l records what became of it:
+// held here or elsewhere, or none where the key holds a value or the look
+// failed (a look that fails is no lease held elsewhere).
+func (l *lease) look(ctx context.Context, t *redisTier) ([]byte, error) {
+	if t.looks.mostlyEmpty() {
+		b, err := l.take(ctx, t)
+		if err == nil {
+			t.looks.saw(b == nil)
+		}
+		return b, err
 	}
-}
-
-// release ends h without a fill (the holder's store failed) and tells the
-// waiting gateways. Best effort, without waiting: a lost release costs the
-// waiters their poll, or the lease its expiry.
-func (t *redisTier) release(h hold) {
-	if h.none() || t.pipe == nil {
-		return
+	b, err := t.getValue(ctx, l.name)
+	if err == nil {
+		t.looks.saw(b == nil)
 	}
-	ctx := context.Background()
-	cmd := redis.NewCmd(ctx, "eval", releaseLease.src, 2, h.name, h.lease(), h.token(), t.filled)
-	cmd.SetFirstKeyPos(3) // the key's and its lease's slot, on a cluster
-	t.pipe.Submit(ctx, cmd)
+	if err != nil || b != nil {
+		l.state = leaseNone
+		return b, err
+	}
+	return l.take(ctx, t)
 }
 
-// awaitFill waits, at most the load timeout, for the fill of the gateway
-// that holds the lease on the miss's cold key, and admits it; it takes
-// the lease where the holder's has expired. It returns missing, with the
-// miss holding the lease where this process took it, where the key is
-// still to load here. Each look follows the watch it waits on: a fill
-// announced before the watch began is seen by the look, one after it ends
-// the wait.
-func (m *miss) awaitFill(ctx context.Context) look {
-	c := m.c
+// take runs the script getOrLease on l's key and lease: the key's value,
+// or, on an empty key, l held here or elsewhere.
+func (l *lease) take(ctx context.Context, t *redisTier) ([]byte, error) {
+	state := leaseNone
+	b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
+		v, err := t.evalOne(ctx, getOrLease.Script, []string{l.name, l.key()}, l.token(), t.leaseTTL.Milliseconds())
+		if err != nil {
+			return nil, err
+		}
+		switch v := v.(type) { // the script's answer: the value, or whether the lease was taken
+		case string:
+			// Not copied, as go-redis's StringCmd.Bytes does not: a record's
+			// bytes are never written to.
+			return unsafe.Slice(unsafe.StringData(v), len(v)), nil
+		case int64:
+			state = leaseHeldElsewhere
+			if v == 1 {
+				state = leaseHeld
+			}
+			return nil, nil
+		}
+		return nil, fmt.Errorf("getOrLease answered %T", v)
+	})
+	if err != nil {
+		state = leaseNone
+	}
+	l.state, l.tier = state, t
+	return b, err
+}
+
+// wait waits, at most the load timeout, for the fill of the gateway that
+// holds l, looking at k through c, and returns the look that admits it.
+// It takes l where the holder's has expired; otherwise, and where the
+// key is still to load here, l ends up none. Each look follows the watch
+// it waits on: a fill announced before the watch began is seen by the
+// look, one after it ends the wait.
+func (l *lease) wait(ctx context.Context, c *Cache, k Key) look {
 	ctx, cancel := context.WithTimeout(ctx, c.loadTimeout)
 	defer cancel()
 	for announced := false; ; {
-		filled, stop := c.inv.watchFill(m.name)
-		found := c.readShared(ctx, m.k, m.name, m.hold)
+		filled, stop := c.inv.watchFill(l.name)
+		found := c.readShared(ctx, k, l.name, l)
 		switch {
-		case found.lease == leaseTaken: // the holder's lease expired: this one loads
+		case l.state == leaseHeld: // the holder's lease expired: this one loads
 			stop()
 			return found
 		case found.v == admitted || found.v == absent:
 			stop()
 			c.counts.coalesced.Add(1)
 			found.collapsed = found.v == admitted
-			m.hold = hold{}
 			return found
-		case found.lease != leaseHeldElsewhere, announced:
+		case l.state != leaseHeldElsewhere, announced:
 			// Not servable, a look that failed, or released without a
 			// fill (the holder's store failed): load as before, not one
 			// gateway after another.
 			stop()
-			m.hold = hold{}
+			l.state = leaseNone
 			return found
 		}
 		select {
@@ -190,8 +235,47 @@ func (m *miss) awaitFill(ctx context.Context) look {
 		}
 		stop()
 		if ctx.Err() != nil {
-			m.hold = hold{}
+			l.state = leaseNone
 			return look{v: missing} // the holder took too long: load as before
 		}
 	}
+}
+
+// fill is the call that writes args (guardedSet's) under name. The
+// holder's fill of l's key also ends l and, where a gateway waits for it,
+// publishes the key on channel (guardedSetRelease), in the same round
+// trip.
+func (l *lease) fill(name string, args []any, channel string) scriptCall {
+	if l == nil || l.state != leaseHeld || name != l.name {
+		return scriptCall{script: guardedSet.Script, key: name, args: args}
+	}
+	args = append(slices.Clip(args), l.token(), channel)
+	return scriptCall{script: guardedSetRelease.Script, key: name, lease: l.key(), args: args}
+}
+
+// landed ends l where its fill of name did: name is l's key and the fill
+// wrote it (err is nil). A fill that did not land leaves l to release.
+func (l *lease) landed(name string, err error) {
+	if err == nil && l != nil && l.state == leaseHeld && name == l.name {
+		l.state = leaseNone
+	}
+}
+
+// release ends l without a fill, where it is still held (the store read
+// failed, or the fill did not write l's key), and tells the waiting
+// gateways. Deferred by the flight. Best effort, without waiting: a lost
+// release costs the waiters their poll, or the lease its expiry.
+func (l *lease) release() {
+	if l == nil || l.state != leaseHeld {
+		return
+	}
+	l.state = leaseNone
+	t := l.tier
+	if t.pipe == nil {
+		return
+	}
+	ctx := context.Background()
+	cmd := redis.NewCmd(ctx, "eval", releaseLease.src, 2, l.name, l.key(), l.token(), t.filled)
+	cmd.SetFirstKeyPos(3) // the key's and its lease's slot, on a cluster
+	t.pipe.Submit(ctx, cmd)
 }

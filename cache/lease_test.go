@@ -150,11 +150,15 @@ func TestOnlyAWaitedForFillIsAnnounced(t *testing.T) {
 	if err != nil || held != "OK" {
 		t.Fatal(held, err)
 	}
-	h := hold{name: waited, owner: "other", seq: 1}
-	if _, l, err := redisOf(c).get(ctx, waited, hold{name: waited, owner: "mine", seq: 1}); err != nil || l != leaseHeldElsewhere {
-		t.Fatalf("look at a leased key: lease %v, %v; want the lease left to its holder", l, err)
+	mine := &lease{name: waited, owner: "mine", seq: 1, state: leaseWanted}
+	if _, err := redisOf(c).get(ctx, waited, mine); err != nil || mine.state != leaseHeldElsewhere {
+		t.Fatalf("look at a leased key: lease %v, %v; want the lease left to its holder", mine.state, err)
 	}
-	c.remember(ctx, c.recordOfEncoded(mustEncode(t, src.listings[6])), time.Minute, h, ByID(6))
+	theirs := &lease{name: waited, owner: "other", seq: 1, state: leaseHeld}
+	c.remember(ctx, c.recordOfEncoded(mustEncode(t, src.listings[6])), time.Minute, theirs, ByID(6))
+	if theirs.state != leaseNone {
+		t.Fatalf("after its fill landed the lease is %v; want it ended", theirs.state)
+	}
 	msg, err := nextFilled(sub)
 	if err != nil || msg.Payload != waited {
 		t.Fatalf("announced %v, %v; want %q", msg, err, waited)

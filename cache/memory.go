@@ -64,15 +64,15 @@ func (m *memory) lookup(k Key, now time.Time) (*record, bool) {
 }
 
 // get takes no lease: there is no fleet to share a load with.
-func (m *memory) get(_ context.Context, name string, _ hold) ([]byte, leaseState, error) {
+func (m *memory) get(_ context.Context, name string, _ *lease) ([]byte, error) {
 	v, ok := m.cache.GetIfPresent(name)
 	if !ok || !m.now().Before(v.expires) {
-		return nil, noLease, nil
+		return nil, nil
 	}
-	return v.b, noLease, nil
+	return v.b, nil
 }
 
-func (m *memory) fill(_ context.Context, names []string, r record, ttl time.Duration, _ hold) []error {
+func (m *memory) fill(_ context.Context, names []string, r record, ttl time.Duration, _ *lease) []error {
 	for _, name := range names {
 		m.set(name, r, ttl)
 	}

@@ -26,14 +26,14 @@ func observed(t sharedTier, counts *counters, log *slog.Logger) *observedTier {
 	return &observedTier{sharedTier: t, counts: counts, log: log}
 }
 
-func (o *observedTier) get(ctx context.Context, name string, h hold) ([]byte, leaseState, error) {
-	b, l, err := o.sharedTier.get(ctx, name, h)
+func (o *observedTier) get(ctx context.Context, name string, l *lease) ([]byte, error) {
+	b, err := o.sharedTier.get(ctx, name, l)
 	o.observe(err)
-	return b, l, err
+	return b, err
 }
 
-func (o *observedTier) fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error {
-	errs := o.sharedTier.fill(ctx, names, r, ttl, h)
+func (o *observedTier) fill(ctx context.Context, names []string, r record, ttl time.Duration, l *lease) []error {
+	errs := o.sharedTier.fill(ctx, names, r, ttl, l)
 	for _, err := range errs {
 		o.observe(err)
 	}
@@ -77,21 +77,21 @@ type traced struct {
 	tracer trace.Tracer
 }
 
-func (t traced) get(ctx context.Context, name string, h hold) ([]byte, leaseState, error) {
+func (t traced) get(ctx context.Context, name string, l *lease) ([]byte, error) {
 	ctx, span := t.tracer.Start(ctx, "cache get")
 	defer span.End()
-	b, l, err := t.sharedTier.get(ctx, name, h)
+	b, err := t.sharedTier.get(ctx, name, l)
 	span.SetAttributes(attribute.Bool("cache.found", b != nil))
 	if err != nil {
 		span.SetStatus(codes.Error, "tier read failed")
 	}
-	return b, l, err
+	return b, err
 }
 
-func (t traced) fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error {
+func (t traced) fill(ctx context.Context, names []string, r record, ttl time.Duration, l *lease) []error {
 	ctx, span := t.tracer.Start(ctx, "cache set")
 	defer span.End()
-	errs := t.sharedTier.fill(ctx, names, r, ttl, h)
+	errs := t.sharedTier.fill(ctx, names, r, ttl, l)
 	if slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
 		span.SetStatus(codes.Error, "tier write failed")
 	}

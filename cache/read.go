@@ -17,10 +17,11 @@ import (
 //
 //	Get ─ Local:       the local tier, no I/O; admit the copy it holds
 //	    └ Load:        coalescing in this process: one flight per key (flights.go)
-//	        flight
+//	        flight:    holds the fleet's lease on the key; a defer
+//	                   releases it where no fill ended it (lease.go)
 //	        lookShared: the shared tier (Redis); admit the copy it holds; on
-//	                    an empty key, the fleet's lease, or the wait for its
-//	                    holder's fill (lease.go)
+//	                    an empty key, take the lease, or wait for its
+//	                    holder's fill (lease.wait)
 //	        loadStore: the store; a failing store falls back on a stale copy
 //	        fill:      both keys, version-guarded, ending the lease; then
 //	                   the local tier
@@ -115,19 +116,18 @@ type miss struct {
 	cod  coding.Coding // the coding whose variant the fill carries
 	// began is taken before the read whose result the local tier keeps.
 	began since
-	// hold is the fleet's lease this flight may take, then the one it
-	// holds: the zero hold once it holds none.
-	hold hold
+	// lease is the fleet's lease on the key, which the miss may take and
+	// then holds until its fill ends it or the flight releases it.
+	lease lease
 }
 
 // look is what a read of the shared tier found: a copy with admission's
-// verdict, and what became of the lease on an empty key.
+// verdict. What became of the lease on an empty key, the lease records.
 type look struct {
-	r     record
-	v     verdict
-	lease leaseState
+	r record
+	v verdict
 	// collapsed: another gateway's lease filled it while this one waited
-	// (awaitFill).
+	// (lease.wait).
 	collapsed bool
 }
 
@@ -137,8 +137,8 @@ type look struct {
 // caller's look at the local tier filled it.
 func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Coding) (loaded, error) {
 	ctx = context.WithoutCancel(ctx)
-	m := &miss{c: c, k: k, name: name, cod: cod, began: c.since(), hold: c.newHold(name)}
-	defer m.releaseLease()
+	m := &miss{c: c, k: k, name: name, cod: cod, began: c.since(), lease: c.newLease(name)}
+	defer m.lease.release() // where neither the store read nor the fill ended it
 	found := m.lookShared(ctx)
 	switch found.v {
 	case admitted:
@@ -171,25 +171,21 @@ func (c *Cache) since() since { return since{gen: c.generation(), at: c.now()} }
 // gateway that holds it (lease.go); a look that fails is no lease held
 // elsewhere, and the miss loads at once.
 func (m *miss) lookShared(ctx context.Context) look {
-	found := m.c.readShared(ctx, m.k, m.name, m.hold)
-	switch found.lease {
-	case leaseTaken:
-		return found
-	case leaseHeldElsewhere:
-		return m.awaitFill(ctx)
+	found := m.c.readShared(ctx, m.k, m.name, &m.lease)
+	if m.lease.heldElsewhere() {
+		return m.lease.wait(ctx, m.c, m.k)
 	}
-	m.hold = hold{}
 	return found
 }
 
 // readShared reads k from the shared tier and admits what it holds; where
-// the key is empty it takes the lease h, if any, or finds it taken.
+// the key is empty it takes the lease l, if wanted, or finds it taken.
 // Errors and unreadable values are misses; an unwritten key is removed
 // first.
-func (c *Cache) readShared(ctx context.Context, k Key, name string, h hold) look {
-	b, l, err := c.shared.get(ctx, name, h)
+func (c *Cache) readShared(ctx context.Context, k Key, name string, l *lease) look {
+	b, err := c.shared.get(ctx, name, l)
 	if err != nil || b == nil {
-		return look{v: missing, lease: l}
+		return look{v: missing}
 	}
 	r, err := decodeRecord(b)
 	if err != nil {
@@ -227,11 +223,9 @@ func (m *miss) loadStore(ctx context.Context, prev look) (loaded, error) {
 	switch {
 	case errors.Is(err, upstream.ErrNotFound):
 		absence := record{kind: kindAbsent, etag: []byte("-"), freshUntil: c.until(c.cfg.Negative)}
-		if c.remember(ctx, absence, c.cfg.Negative, m.hold, m.k) {
-			m.hold = hold{}
-		}
+		c.remember(ctx, absence, c.cfg.Negative, &m.lease, m.k)
 		return loaded{}, err
-	case err != nil: // the deferred releaseLease tells the waiters
+	case err != nil: // the flight's deferred release tells the waiters
 		if prev.v.fallback() && prev.r.kind != kindAbsent {
 			c.log.DebugContext(ctx, "serving stale listing", "key", m.name, "err", err)
 			return loaded{r: prev.r, state: Stale}, nil
@@ -251,37 +245,32 @@ func (m *miss) loadStore(ctx context.Context, prev look) (loaded, error) {
 // before the flight ends: the next flight's look finds it.
 func (m *miss) fill(ctx context.Context, r record) {
 	c := m.c
-	if c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, m.hold, ByID(r.id), ByNumber(r.firmID, r.no)) {
-		m.hold = hold{}
-	}
+	c.remember(ctx, r, c.cfg.Fresh+c.cfg.Stale, &m.lease, ByID(r.id), ByNumber(r.firmID, r.no))
 	c.keepLocal(m.k, r, m.began)
 }
 
 // remember writes r under names in the shared tier, each guarded by its
 // revision, in one round trip where the tier can; a failed write only
 // costs a later miss. A key that a write could not update takes nothing
-// older than that write (floors.go). The write of h's key ends the lease h: remember
-// reports whether one did (it succeeded); where none did, the miss's
-// releaseLease ends h.
-func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, h hold, keys ...Key) (endsLease bool) {
+// older than that write (floors.go). The write of l's key ends the lease l
+// where it lands; where it does not, the flight's deferred release ends l.
+func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, l *lease, keys ...Key) {
 	keys = slices.DeleteFunc(keys, func(k Key) bool {
 		fl, doubted := c.floors.doubted(k)
 		return ttl <= 0 || doubted && fl.doubt&unwritten != 0 && r.revision < fl.revision
 	})
 	if len(keys) == 0 {
-		return false
+		return
 	}
 	names := make([]string, len(keys))
 	for i, k := range keys {
 		names[i] = k.name(c.prefix)
 	}
-	for i, err := range c.shared.fill(ctx, names, r, ttl, h) {
+	for i, err := range c.shared.fill(ctx, names, r, ttl, l) {
 		if err == nil {
 			c.floors.written(keys[i]) // it now holds what the store has
-			endsLease = endsLease || !h.none() && names[i] == h.name
 		}
 	}
-	return endsLease
 }
 
 // answer turns a flight's result into the caller's entry and counts it.

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
@@ -88,61 +87,25 @@ func pipeOf(rdb redis.UniversalClient) *redis.AutoPipeliner {
 	return ap
 }
 
-// get reads name. Where h may take the key's lease, a look that finds the
-// key empty takes it, in the look's own round trip while this process's
-// looks mostly find keys empty, else in a second one (coldLooks).
-func (t *redisTier) get(ctx context.Context, name string, h hold) ([]byte, leaseState, error) {
-	if !h.none() && t.looks.mostlyEmpty() {
-		b, l, err := t.getOrLease(ctx, name, h)
-		if err == nil {
-			t.looks.saw(b == nil)
-		}
-		return b, l, err
+// get reads name. Where l is wanted, l's look reads it instead and
+// takes the lease on an empty key (lease.go).
+func (t *redisTier) get(ctx context.Context, name string, l *lease) ([]byte, error) {
+	if l.wanted() {
+		return l.look(ctx, t)
 	}
-	b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
+	return t.getValue(ctx, name)
+}
+
+// getValue GETs name under the breaker and the operation timeout: nil
+// where the key is empty.
+func (t *redisTier) getValue(ctx context.Context, name string) ([]byte, error) {
+	return t.do(ctx, func(ctx context.Context) ([]byte, error) {
 		b, err := t.read(ctx, name)
 		if errors.Is(err, redis.Nil) {
 			return nil, nil
 		}
 		return b, err
 	})
-	if err != nil || h.none() {
-		return b, noLease, err
-	}
-	t.looks.saw(b == nil)
-	if b != nil {
-		return b, noLease, nil
-	}
-	return t.getOrLease(ctx, name, h)
-}
-
-// getOrLease runs the script getOrLease on name and h's lease: name's
-// value, or what became of the lease on the empty key.
-func (t *redisTier) getOrLease(ctx context.Context, name string, h hold) ([]byte, leaseState, error) {
-	l := noLease
-	b, err := t.do(ctx, func(ctx context.Context) ([]byte, error) {
-		v, err := t.evalOne(ctx, getOrLease.Script, []string{name, h.lease()}, h.token(), t.leaseTTL.Milliseconds())
-		if err != nil {
-			return nil, err
-		}
-		switch v := v.(type) { // the script's answer: the value, or whether the lease was taken
-		case string:
-			// Not copied, as go-redis's StringCmd.Bytes does not: a record's
-			// bytes are never written to.
-			return unsafe.Slice(unsafe.StringData(v), len(v)), nil
-		case int64:
-			l = leaseHeldElsewhere
-			if v == 1 {
-				l = leaseTaken
-			}
-			return nil, nil
-		}
-		return nil, fmt.Errorf("getOrLease answered %T", v)
-	})
-	if err != nil {
-		return nil, noLease, err
-	}
-	return b, l, nil
 }
 
 // evalOne runs script on keys through the auto-pipeline by its digest, or
@@ -194,18 +157,18 @@ func guardedSetArgs(r record, ttl time.Duration) []any {
 
 // fill writes r under each name through the one-key guarded script, so
 // the keys may live in different Cluster slots, sharing round trips with
-// other requests' reads and fills.
-func (t *redisTier) fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error {
+// other requests' reads and fills. The fill of l's key ends l (lease.go).
+func (t *redisTier) fill(ctx context.Context, names []string, r record, ttl time.Duration, l *lease) []error {
 	args := guardedSetArgs(r, ttl) // one encoding for every key
 	calls := make([]scriptCall, len(names))
 	for i, name := range names {
-		calls[i] = scriptCall{script: guardedSet.Script, key: name, args: args}
-		if name == h.name && !h.none() { // the fill ends the lease and wakes its waiters
-			calls[i].script, calls[i].lease = guardedSetRelease.Script, h.lease()
-			calls[i].args = append(slices.Clip(args), h.token(), t.filled)
-		}
+		calls[i] = l.fill(name, args, t.filled)
 	}
-	return t.runEach(ctx, t.pipe, calls)
+	errs := t.runEach(ctx, t.pipe, calls)
+	for i, err := range errs {
+		l.landed(names[i], err)
+	}
+	return errs
 }
 
 // write runs every write's script in one pipeline of its own (see

@@ -11,13 +11,13 @@ import (
 // imports write to it; every write is guarded by the record's revision,
 // so that an older version never replaces a newer one.
 type sharedTier interface {
-	// get returns the value under name; nil where there is none, and then
-	// what became of the lease h on the empty key (lease.go). A look that
-	// fails takes no lease and waits for none.
-	get(ctx context.Context, name string, h hold) (b []byte, l leaseState, err error)
+	// get returns the value under name; nil where there is none. Where the
+	// lease l is wanted, the look takes it on the empty key or finds it
+	// held elsewhere, and l records which (lease.go).
+	get(ctx context.Context, name string, l *lease) ([]byte, error)
 	// fill writes r under each name, in one round trip where it can, and
-	// returns one error per name; the fill of h's key ends the lease h.
-	fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error
+	// returns one error per name; the fill of l's key ends the lease l.
+	fill(ctx context.Context, names []string, r record, ttl time.Duration, l *lease) []error
 	// write runs key writes, in one round trip of their own where it can,
 	// and returns one error per write.
 	write(ctx context.Context, writes []keyWrite) []error

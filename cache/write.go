@@ -271,7 +271,7 @@ func (c *Cache) publishKey(ctx context.Context, k Key, r record, ttl time.Durati
 func (c *Cache) Purge(ctx context.Context, k Key) ([]string, error) {
 	name := k.name(c.prefix)
 	it := Invalidation{ID: k.ID, FirmID: k.FirmID, No: k.No}
-	b, _, err := c.shared.get(ctx, name, hold{})
+	b, err := c.shared.get(ctx, name, nil)
 	if err != nil {
 		return nil, fmt.Errorf("cache key %s: %w", name, err)
 	}

@@ -138,11 +138,11 @@ func (f *failingWrites) errs(n int) []error {
 	return errs
 }
 
-func (f *failingWrites) fill(ctx context.Context, names []string, r record, ttl time.Duration, h hold) []error {
+func (f *failingWrites) fill(ctx context.Context, names []string, r record, ttl time.Duration, l *lease) []error {
 	if f.broken.Load() {
 		return f.errs(len(names))
 	}
-	return f.sharedTier.fill(ctx, names, r, ttl, h)
+	return f.sharedTier.fill(ctx, names, r, ttl, l)
 }
 
 func (f *failingWrites) write(ctx context.Context, writes []keyWrite) []error {
