@@ -32,8 +32,8 @@ const (
 
 // admit says whether copy r, found under k in the tier from, may answer a
 // read at now (unix ms); a nil r is nothing readable found. Its answers
-// are every verdict. Every read path asks it: Local and the flight's
-// look at the shared tier, and through them Get, Load and the gateway.
+// are every verdict. Every read asks it: lookLocal and the flight's look
+// at the shared tier.
 // The checks run cheapest and most common first: a hit costs a few
 // compares and, for a Redis copy, two atomic loads where no floor stands.
 // A local copy is not checked against the floors: invalidate dropped

@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/internal/faultproxy"
+	"github.com/realty-gateway/gateway/internal/logctx"
 	"github.com/realty-gateway/gateway/internal/testenv"
 	"github.com/realty-gateway/gateway/upstream"
 )
@@ -40,6 +42,9 @@ type source struct {
 	lostCommit bool
 	// onFind, when set, is called at the start of every read.
 	onFind func()
+	// requestID is the request id the last read's context carried when
+	// it passed the gate.
+	requestID atomic.Pointer[string]
 }
 
 func newSource(ls ...upstream.Listing) *source {
@@ -77,6 +82,9 @@ func (s *source) find(ctx context.Context, match func(upstream.Listing) bool) (u
 		case <-ctx.Done():
 			return upstream.Listing{}, ctx.Err()
 		}
+	}
+	if id, ok := logctx.RequestID(ctx); ok {
+		s.requestID.Store(&id)
 	}
 	switch {
 	case err != nil:
@@ -178,7 +186,7 @@ func testDeps(src Source, prefix string) Deps {
 // cachedAt is what this process's memory answers for k at now, without
 // I/O: the local tier's part of Get.
 func (c *Cache) cachedAt(k Key, now time.Time) (Entry, bool) {
-	e, err := c.Local(k, now)
+	e, err := c.lookLocal(k, now)
 	return e, err == nil
 }
 
@@ -952,3 +960,67 @@ func TestTierHitsCountRedisHits(t *testing.T) {
 
 // redisOf is c's Redis tier; nil without Redis.
 func redisOf(c *Cache) *redisTier { return c.redis }
+
+// TestAFlightKeepsOnlyItsLeadersValues: Get's caller may pass a context
+// that is made on first use and recycled once Get returns (the gateway's
+// readContext). A flight that outlives its leader's call keeps the
+// leader's values, not the context: nothing calls it after the return,
+// and the store sees the leader's request id, not the next request's.
+func TestAFlightKeepsOnlyItsLeadersValues(t *testing.T) {
+	src := newSource(listing(4, 1, 1, true))
+	src.gate = make(chan struct{})
+	rdb, prefix := redisFor(t)
+	deps := testDeps(src, prefix)
+	deps.Tracer = noop.NewTracerProvider() // its spans look up their parents in the flight's context
+	c := must(t)(NewRedis(rdb, testRedisTimeout, testConfig(), deps))
+	ctx, cancel := context.WithCancel(logctx.WithRequestID(context.Background(), "leader"))
+	caller := &recycledContext{Context: ctx, next: logctx.WithRequestID(context.Background(), "next")}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Get(caller, ByID(4), coding.Identity)
+		done <- err
+	}()
+	testenv.WaitFor(t, func() bool { return src.looked.Load() == 1 }) // the flight waits in the store
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get = %v; want the caller's cancellation", err)
+	}
+	caller.recycled.Store(true)
+	close(src.gate)
+	testenv.WaitFor(t, func() bool { // the flight filled the key
+		e, err := c.Get(context.Background(), ByID(4), coding.Identity)
+		return err == nil && e.State == Hit && src.calls.Load() == 1
+	})
+	if n := caller.usedAfter.Load(); n != 0 {
+		t.Fatalf("the flight used its leader's context %d times after the leader's call returned", n)
+	}
+	if id := src.requestID.Load(); id == nil || *id != "leader" {
+		t.Fatalf("the store read under request id %v; want the leader's", id)
+	}
+}
+
+// recycledContext counts the calls made to it once recycled, and then
+// answers with the values of next, as a recycled request's would.
+type recycledContext struct {
+	context.Context
+	next      context.Context
+	recycled  atomic.Bool
+	usedAfter atomic.Int64
+}
+
+func (r *recycledContext) used() {
+	if r.recycled.Load() {
+		r.usedAfter.Add(1)
+	}
+}
+
+func (r *recycledContext) Deadline() (time.Time, bool) { r.used(); return r.Context.Deadline() }
+func (r *recycledContext) Done() <-chan struct{}       { r.used(); return r.Context.Done() }
+func (r *recycledContext) Err() error                  { r.used(); return r.Context.Err() }
+func (r *recycledContext) Value(k any) any {
+	if r.recycled.Load() {
+		r.usedAfter.Add(1)
+		return r.next.Value(k)
+	}
+	return r.Context.Value(k)
+}

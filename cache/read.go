@@ -7,16 +7,19 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/realty-gateway/gateway/coding"
+	"github.com/realty-gateway/gateway/internal/logctx"
 	"github.com/realty-gateway/gateway/upstream"
 )
 
 // A listing read, in call order:
 //
-//	Get ─ Local:       the local tier, no I/O; admit the copy it holds
-//	    └ Load:        coalescing in this process: one flight per key (flights.go)
+//	Get ─ lookLocal:   the local tier, no I/O; admit the copy it holds
+//	    └ load:        coalescing in this process: one flight per key (flights.go)
 //	        flight:    holds the fleet's lease on the key; a defer
 //	                   releases it where no fill ended it (lease.go)
 //	        lookShared: the shared tier (Redis); admit the copy it holds; on
@@ -26,13 +29,12 @@ import (
 //	        fill:      both keys, version-guarded, ending the lease; then
 //	                   the local tier
 //
-// The gateway calls Local, then Load, itself: its request context costs a
-// timer and allocations that a hit from memory must not pay, and a
-// context built lazily would outlive the request inside a flight.
+// A hit from memory does not use ctx, so a caller may pass one that is
+// made on first use; a flight keeps only its values (detached).
 
-// ErrNotCached is Local's answer where this process holds no copy it may
-// serve: the read goes on with Load.
-var ErrNotCached = errors.New("not in this process's cache")
+// errNotCached is lookLocal's answer where this process holds no copy it
+// may serve: the read goes on with load.
+var errNotCached = errors.New("not in this process's cache")
 
 // Get returns the listing under k: from this process's memory when it
 // holds a copy it may serve, with no I/O and without using ctx, else past
@@ -43,22 +45,34 @@ var ErrNotCached = errors.New("not in this process's cache")
 // with ctx's error when that comes first, while the flight goes on for
 // the other callers.
 func (c *Cache) Get(ctx context.Context, k Key, cod coding.Coding) (Entry, error) {
-	e, err := c.Local(k, c.now())
-	if err == ErrNotCached { //nolint:errorlint // Local returns it bare
-		return c.Load(ctx, k, cod)
+	e, err := c.traceLocal(ctx, k)
+	if err == errNotCached { //nolint:errorlint // lookLocal returns it bare
+		return c.load(ctx, k, cod)
 	}
 	return e, err
 }
 
-// Local answers from this process's memory alone: a fresh listing, or
-// upstream.ErrNotFound for a listing it knows deleted, else ErrNotCached.
-func (c *Cache) Local(k Key, now time.Time) (Entry, error) {
+// traceLocal looks k up in the local tier, within a span if tracing is on.
+func (c *Cache) traceLocal(ctx context.Context, k Key) (Entry, error) {
+	if c.tracer == nil {
+		return c.lookLocal(k, c.now())
+	}
+	_, span := c.tracer.Start(ctx, "cache local")
+	e, err := c.lookLocal(k, c.now())
+	span.SetAttributes(attribute.Bool("cache.hit", err == nil))
+	span.End()
+	return e, err
+}
+
+// lookLocal answers from this process's memory alone: a fresh listing, or
+// upstream.ErrNotFound for a listing it knows deleted, else errNotCached.
+func (c *Cache) lookLocal(k Key, now time.Time) (Entry, error) {
 	if c.local == nil {
-		return Entry{}, ErrNotCached
+		return Entry{}, errNotCached
 	}
 	r, ok := c.local.lookup(k, now)
 	if !ok {
-		return Entry{}, ErrNotCached
+		return Entry{}, errNotCached
 	}
 	switch c.admit(k, r, now.UnixMilli(), fromLocal) {
 	case admitted:
@@ -71,17 +85,18 @@ func (c *Cache) Local(k Key, now time.Time) (Entry, error) {
 		c.counts.negative.Add(1)
 		return Entry{}, notFound(k.name(c.prefix))
 	}
-	return Entry{}, ErrNotCached
+	return Entry{}, errNotCached
 }
 
-// Load reads k past the local tier, as Get does: it joins or starts the
-// key's flight (flights.go), which reads the shared tier, then the store,
-// and fills both keys.
-func (c *Cache) Load(ctx context.Context, k Key, cod coding.Coding) (Entry, error) {
+// load reads k past the local tier: it joins or starts the key's flight
+// (flights.go), which reads the shared tier, then the store, and fills
+// both keys.
+func (c *Cache) load(ctx context.Context, k Key, cod coding.Coding) (Entry, error) {
 	name := k.name(c.prefix)
 	ctx, endWait := c.traceWait(ctx)
+	leader := detached(ctx)
 	res, err := c.flights.join(ctx, name, c.shareFlights(), c.loadTimeout, func() (any, error) {
-		return c.flight(ctx, k, name, cod)
+		return c.flight(leader, k, name, cod)
 	})
 	if err != nil { // the caller's context ended first
 		endWait(false, err)
@@ -131,12 +146,26 @@ type look struct {
 	collapsed bool
 }
 
-// flight runs once per key at a time, within the load timeout, detached
-// from the leader's cancellation. Its look at the shared tier is also the
+// detached is what a flight keeps of its leader's context: the span and
+// the request id, for its spans and logs. Not the context itself, which
+// may not outlive the leader's call, nor its cancellation: the flight
+// serves the other callers too.
+func detached(ctx context.Context) context.Context {
+	d := context.Background()
+	if span := trace.SpanFromContext(ctx); span.SpanContext().IsValid() {
+		d = trace.ContextWithSpan(d, span)
+	}
+	if id, ok := logctx.RequestID(ctx); ok {
+		d = logctx.WithRequestID(d, id)
+	}
+	return d
+}
+
+// flight runs once per key at a time, within the load timeout, in the
+// leader's detached context. Its look at the shared tier is also the
 // second look of groupcache's load: a flight that ended since the
 // caller's look at the local tier filled it.
 func (c *Cache) flight(ctx context.Context, k Key, name string, cod coding.Coding) (loaded, error) {
-	ctx = context.WithoutCancel(ctx)
 	m := &miss{c: c, k: k, name: name, cod: cod, began: c.since(), lease: c.newLease(name)}
 	defer m.lease.release() // where neither the store read nor the fill ended it
 	found := m.lookShared(ctx)

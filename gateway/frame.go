@@ -168,6 +168,39 @@ func (s *Server) requestContext(c *fiber.Ctx) context.Context {
 	return ctx
 }
 
+// readContext is a read's request context, made on first use: a hit from
+// the process's memory uses none, and requestContext's timer and values
+// cost allocations. It is one pointer, pooled (Server.readContexts), so
+// that passing it allocates nothing; the cache keeps no reference to it
+// past its read (a flight keeps only its values).
+type readContext struct {
+	s *Server
+	c *fiber.Ctx
+}
+
+func (s *Server) readContext(c *fiber.Ctx) *readContext {
+	rc, _ := s.readContexts.Get().(*readContext)
+	if rc == nil {
+		rc = new(readContext)
+	}
+	rc.s, rc.c = s, c
+	return rc
+}
+
+func (rc *readContext) context() context.Context    { return rc.s.requestContext(rc.c) }
+func (rc *readContext) Deadline() (time.Time, bool) { return rc.context().Deadline() }
+func (rc *readContext) Done() <-chan struct{}       { return rc.context().Done() }
+func (rc *readContext) Err() error                  { return rc.context().Err() }
+
+// Value answers a span's lookup from the request's span, without making
+// the request's context: a traced hit asks for nothing else.
+func (rc *readContext) Value(key any) any {
+	if v := spanContext(rc.c).Value(key); v != nil {
+		return v
+	}
+	return rc.context().Value(key)
+}
+
 // Panics is how many handler panics frame has turned into 500s.
 func (s *Server) Panics() uint64 { return s.panics.Load() }
 

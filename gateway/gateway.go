@@ -16,6 +16,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,11 +37,10 @@ import (
 // Listings reads listings from cache or store, and writes them through to
 // the store and both cache keys.
 type Listings interface {
-	// Local answers from the process's memory, without I/O, or says
-	// cache.ErrNotCached; Load reads on past it, the fill carrying the
-	// body in the client's coding.
-	Local(k cache.Key, now time.Time) (cache.Entry, error)
-	Load(ctx context.Context, k cache.Key, c coding.Coding) (cache.Entry, error)
+	// Get returns the listing under k, the fill of a miss carrying the
+	// body in coding c. A hit from the process's memory does no I/O and
+	// does not use ctx, which may be made on first use.
+	Get(ctx context.Context, k cache.Key, c coding.Coding) (cache.Entry, error)
 	// Variant returns an entry's body in a coding, compressed once per
 	// version.
 	Variant(e cache.Entry, c coding.Coding) ([]byte, error)
@@ -172,13 +172,15 @@ type Server struct {
 	// Dependencies, as given to New.
 	cfg      Config
 	listings Listings
-	accounts Accounts
-	purger   Purger
-	limiter  RateLimiter
-	revoked  Revocations
-	log      *slog.Logger
-	cacheTTL time.Duration
-	obs      Observer // nil: NoObserver
+	// readContexts pools view's readContexts.
+	readContexts sync.Pool
+	accounts     Accounts
+	purger       Purger
+	limiter      RateLimiter
+	revoked      Revocations
+	log          *slog.Logger
+	cacheTTL     time.Duration
+	obs          Observer // nil: NoObserver
 	// tracer and propagator record spans; nil: no spans.
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator

@@ -46,10 +46,10 @@ func parseID(s string) (int64, bool) {
 var errBadPath = badRequest("The path must be /realty/{id} or /realty/{firmId}-{no}, with positive decimal numbers.")
 
 // view answers GET and HEAD /realty/{ref}: the listing by id or by
-// number, 404 for none or for another firm's passive one, from the
-// process's memory where it may, else through the cache's read; with its
-// ETag, Last-Modified, caching headers and the body in the client's
-// coding, or 304 and 412 as its preconditions say.
+// number, 404 for none or for another firm's passive one, read through
+// the cache (the request's context is made only where the read needs it);
+// with its ETag, Last-Modified, caching headers and the body in the
+// client's coding, or 304 and 412 as its preconditions say.
 func (s *Server) view(c *fiber.Ctx) error {
 	key, ok := ParseRef(c.Params("ref"))
 	if !ok {
@@ -58,10 +58,9 @@ func (s *Server) view(c *fiber.Ctx) error {
 	now := requestTime(c)
 	req := &c.Request().Header
 	cod, acceptable := coding.Negotiate(req.PeekAll(fiber.HeaderAcceptEncoding))
-	e, err := s.cached(c, key, now)
-	if err == cache.ErrNotCached { //nolint:errorlint // Local returns it bare
-		e, err = s.listings.Load(s.requestContext(c), key, cod)
-	}
+	rc := s.readContext(c)
+	e, err := s.listings.Get(rc, key, cod)
+	s.readContexts.Put(rc)
 	if err != nil {
 		return err
 	}

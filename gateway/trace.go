@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
@@ -11,8 +10,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/realty-gateway/gateway/cache"
 )
 
 // Tracing: with a TracerProvider (Deps.Tracer), frame starts one server
@@ -73,18 +70,6 @@ func traceAttr(c *fiber.Ctx) (slog.Attr, bool) {
 		return slog.Attr{}, false
 	}
 	return slog.String("traceId", sc.TraceID().String()), true
-}
-
-// cached looks key up in the local tier, within a span when tracing.
-func (s *Server) cached(c *fiber.Ctx, key cache.Key, now time.Time) (cache.Entry, error) {
-	if s.tracer == nil {
-		return s.listings.Local(key, now)
-	}
-	_, span := s.tracer.Start(spanContext(c), "cache local")
-	e, err := s.listings.Local(key, now)
-	span.SetAttributes(attribute.Bool("cache.hit", err == nil))
-	span.End()
-	return e, err
 }
 
 // headerCarrier reads W3C trace context from a request's headers.
