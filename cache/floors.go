@@ -10,18 +10,17 @@ import (
 // R": a floor per key, read by admit for Redis copies and by the local
 // tier before it keeps one. The Redis floor record (kindFloor) is its
 // fleet-wide form. A floor is raised two ways:
-//   - a listing's revision, on its id key, by every invalidation (this
-//     process's writes, other gateways' announcements, the change feed):
-//     a copy of the listing below it is old, under either key;
+//   - a listing's revision, on its id key, by every invalidation (writes
+//     here, other gateways' announcements, the change feed): a copy of
+//     the listing below it is old, under either key;
 //   - a key held in doubt, whatever it holds: a write could neither
 //     update nor remove it (unwritten), or Redis may have missed a change
 //     the feed recorded for it (suspect).
 //
 // The one lifetime rule: a floor stands while a copy below it can still be
-// read. A revision stands floorFor, longer than any read of an older
-// version is in flight or kept in process; a doubt stands until the key is
-// known rewritten (a write or a fill reached it, Repair removed it, the
-// feed caught up).
+// read. A revision stands floorFor (Cache.floorFor); a doubt, until the
+// key is known rewritten (a write or a fill reached it, Repair removed
+// it, the feed caught up).
 type floors struct {
 	now   func() time.Time
 	mu    sync.Mutex

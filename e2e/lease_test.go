@@ -318,35 +318,16 @@ func TestEndToEndLeaseHolderKilled(t *testing.T) {
 }
 
 // TestEndToEndLeaseHolderKilledWithWrites: TestEndToEndLeaseHolderKilled
-// with writes, so that "no read is older than the last returned write"
-// has something to bite on. Gateway 0 starts loading 30 cold listings
-// through a store that answers 1 s late and takes their leases; the three
-// survivors' clients ask for every one of them and wait on those leases;
-// gateway 0 is killed with its loads in flight. When its leases expire
-// the survivors take them over and load those listings themselves (on
-// connections that the survivors opened before the burst: a ping of the
-// idle connection, one slow answer, then the read); a quarter of a slow
-// answer after the first such take-over has had a slow answer, the
-// store is fast again and up to 6 listings that gateway 0 held the leases
-// of (those whose take-over load is still in flight first) are written
-// v1 … v4 by PUT, each write through another survivor and in another key
-// form (/realty/{id}, /realty/{firmId}-{no}), so that the first write
-// returns while a take-over holder's read of v0 is on its way to its
-// version-guarded fill; v2 follows once that fill is done and the
-// survivors' local copies of v1 have expired, so that the readers read
-// what the fill left in Redis. Two more clients per survivor read the
-// written listings in both forms until the last write.
-//
-// Asserted, each read's floor (the last version whose PUT returned)
-// loaded before it is sent: every read on a survivor answers 200 with
-// the listing asked for, v0 where it is not written, else a version not
-// below its floor; none later than the lease's bound plus a load of its
-// own plus patience (as in TestEndToEndLeaseHolderKilled); every PUT
-// answers 200; after the last write every survivor serves v4 of every
-// written listing in both forms. The test fails where gateway 0 held no
-// lease at its death, or where no store load answered a version older
-// than a write that had returned meanwhile (the writes did not land on a
-// take-over load in flight: it did not exercise what it is about).
+// with writes. Gateway 0 takes the leases of 30 cold listings through a
+// slow store and is killed; the survivors take the leases over, and up to
+// 6 of those listings are written v1 … v4 by PUT through the survivors
+// while a take-over load of v0 is on its way to its fill. Asserted: every
+// read answers 200, none below the last version whose PUT returned, none
+// later than the lease's bound plus a load plus patience; every PUT
+// answers 200; at the end every survivor serves v4. The test fails where
+// gateway 0 held no lease at its death, or where no store load answered
+// a version older than a returned write. The scenario in full:
+// docs/testing.md, "Two lease tests with writes, in full".
 func TestEndToEndLeaseHolderKilledWithWrites(t *testing.T) {
 	const (
 		gateways, clients, listings = 4, 4, 30

@@ -20,51 +20,17 @@ import (
 	"github.com/realty-gateway/gateway/internal/testenv"
 )
 
-// TestEndToEndColdBurstWithWrites: four gateways, 8 clients each, every
-// client reading each of 40 cold listings once in its own order (as in
-// TestEndToEndColdBurstReadsTheStoreOncePerListing), while the first 8
-// listings are written 6 times each (v1 … v6), alternately by PUT through
-// the gateways (each write through another gateway, by id and by number)
-// and by UPDATE in SQL straight into PostgreSQL, which the change feed
-// carries; half of the listings start with a PUT, half with SQL. Two
-// more clients per gateway read the written listings in both forms until
-// the last write. The first write of each listing lands on its cold load:
-// the store answers 1 s late while a read of each form of each written
-// listing takes its lease (the burst's clients then wait on those leases),
-// then at once again, so that the writes return, and the SQL ones are
-// applied, while the holders' reads of v0 are still on their way to their
-// version-guarded fills. The test fails where no load that read an older
-// version answered after a write had returned: it did not exercise what
-// it is about.
-//
-// What is asserted, as the coherence tests do it (a reader loads the
-// floor before it sends each request and flags an answer below it):
-//
-//   - PUT: once the PUT has returned, no read sent after that, on any
-//     gateway, in either form, shows an older version
-//     (TestEndToEndTwoProcessCoherence, docs/api.md "Coherence").
-//   - SQL: a write made behind the gateways is known to them only once
-//     the change feed has applied it (its listing_changes record has
-//     applied_at: the caches took it and every gateway acknowledged,
-//     docs/change-feed.md); from then on no read sent shows an older
-//     version (as TestEndToEndFeedWriterCutOffFromRedis asserts of a
-//     write the feed applies); before that, the old and the new version
-//     are both right. Every SQL write must be applied within the test's
-//     patience (the bound of TestEndToEndFeedUpdatesFromSQL).
-//   - Both: once a gateway served a version in one form, no read of that
-//     form on that gateway sent after that answer shows an older one
-//     (TestEndToEndFeedUpdatesFromSQL: a replica never serves the old
-//     title again on a key once it served the new one).
-//   - Every read answers 200 with the listing asked for; the unwritten
-//     listings stay v0; after the last write every gateway serves v6 of
-//     every written listing in both forms.
-//
-// The store's reads are logged, not bounded: a change that the feed
-// applies to a cold key leaves a floor there, and a key holding a floor
-// takes no lease (docs/operating.md), so each gateway reloads it once;
-// with the PUTs' own reads, the writes' share of the count would hide
-// whether the other 32 listings were read once for the fleet, which
-// TestEndToEndColdBurstReadsTheStoreOncePerListing asserts.
+// TestEndToEndColdBurstWithWrites: four gateways, 8 clients each, read
+// 40 cold listings once each while the first 8 are written 6 times each,
+// by PUT through the gateways and by SQL behind them, the first write of
+// each landing on its cold load (the store answers 1 s late while the
+// leases are taken). Asserted: no read sent after a PUT returned, or
+// after the feed applied an SQL write, shows an older version, on any
+// gateway, in either form; no gateway goes back to an older version of a
+// key it served; every read answers 200; at the end every gateway serves
+// v6. The test fails where no load of an older version answered after a
+// write returned. The scenario in full: docs/testing.md, "Two lease tests
+// with writes, in full".
 func TestEndToEndColdBurstWithWrites(t *testing.T) {
 	const (
 		gateways, clients, listings = 4, 8, 40
