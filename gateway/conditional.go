@@ -28,10 +28,10 @@ var errPreconditionRequired = &problem{status: fiber.StatusPreconditionRequired,
 	detail: "This write must be conditional: send If-Match with the listing's ETag (or If-Unmodified-Since)."}
 
 // preconditionOf reads the preconditions of a PUT or DELETE (see
-// parsePrecondition); where writes must be conditional, one without
+// conditions.precondition); where writes must be conditional, one without
 // If-Match or If-Unmodified-Since is 428.
 func (s *Server) preconditionOf(c *fiber.Ctx) (upstream.Precondition, error) {
-	p, err := parsePrecondition(&c.Request().Header)
+	p, err := readConditions(&c.Request().Header).precondition()
 	if err != nil {
 		return p, err
 	}
@@ -42,20 +42,46 @@ func (s *Server) preconditionOf(c *fiber.Ctx) (upstream.Precondition, error) {
 	return p, nil
 }
 
-// parsePrecondition reads a request's preconditions: every line of each
-// header, as one list. Tags of a compressed variant stand for the version
-// they encode. A list that is not a list of entity tags is a 400; a date
-// that does not parse is ignored, as RFC 9110 §13.1.4 asks.
-func parsePrecondition(h *fasthttp.RequestHeader) (upstream.Precondition, error) {
+// conditions are a request's conditional fields, every line of each,
+// read in one pass over its headers.
+type conditions struct {
+	ifMatch, ifNoneMatch, ifModifiedSince, ifUnmodifiedSince [][]byte
+}
+
+func readConditions(h *fasthttp.RequestHeader) conditions {
+	var c conditions
+	for k, v := range h.All() {
+		if len(k) < 3 || k[0]|0x20 != 'i' || k[1]|0x20 != 'f' || k[2] != '-' {
+			continue
+		}
+		switch {
+		case bytes.EqualFold(k, []byte(fiber.HeaderIfMatch)):
+			c.ifMatch = append(c.ifMatch, v)
+		case bytes.EqualFold(k, []byte(fiber.HeaderIfNoneMatch)):
+			c.ifNoneMatch = append(c.ifNoneMatch, v)
+		case bytes.EqualFold(k, []byte(fiber.HeaderIfModifiedSince)):
+			c.ifModifiedSince = append(c.ifModifiedSince, v)
+		case bytes.EqualFold(k, []byte(fiber.HeaderIfUnmodifiedSince)):
+			c.ifUnmodifiedSince = append(c.ifUnmodifiedSince, v)
+		}
+	}
+	return c
+}
+
+// precondition is what the fields ask, each field's lines as one list.
+// Tags of a compressed variant stand for the version they encode. A list
+// that is not a list of entity tags is a 400; a date that does not parse
+// is ignored, as RFC 9110 §13.1.4 asks.
+func (c conditions) precondition() (upstream.Precondition, error) {
 	var p upstream.Precondition
 	var err error
-	if p.IfMatch, p.AnyMatch, err = tagList(h.PeekAll(fiber.HeaderIfMatch)); err != nil {
+	if p.IfMatch, p.AnyMatch, err = tagList(c.ifMatch); err != nil {
 		return p, badRequest("If-Match must be * or a list of entity tags.")
 	}
-	if p.IfNoneMatch, p.AnyNoneMatch, err = tagList(h.PeekAll(fiber.HeaderIfNoneMatch)); err != nil {
+	if p.IfNoneMatch, p.AnyNoneMatch, err = tagList(c.ifNoneMatch); err != nil {
 		return p, badRequest("If-None-Match must be * or a list of entity tags.")
 	}
-	if t, ok := httpDate(h.PeekAll(fiber.HeaderIfUnmodifiedSince)); ok {
+	if t, ok := httpDate(c.ifUnmodifiedSince); ok {
 		p.IfUnmodifiedSince = max(t, 1) // 0 means absent; 1970 itself holds for no listing
 	}
 	return p, nil
@@ -77,7 +103,7 @@ func httpDate(lines [][]byte) (int64, bool) {
 // If-Unmodified-Since is ignored, as there is no modification date
 // (§13.1.4). A false one is 412 before the body is read.
 func createPrecondition(c *fiber.Ctx) error {
-	p, err := parsePrecondition(&c.Request().Header)
+	p, err := readConditions(&c.Request().Header).precondition()
 	if err != nil {
 		return err
 	}
@@ -127,7 +153,8 @@ var conditionalFields = [][]byte{[]byte(fiber.HeaderIfMatch), []byte(fiber.Heade
 // (weak comparison with the coding's tag), else If-Modified-Since, a
 // false one 304 (notModified).
 func readPrecondition(h *fasthttp.RequestHeader, e cache.Entry, tag []byte) (notModified bool, err error) {
-	p, err := parsePrecondition(h)
+	fields := readConditions(h)
+	p, err := fields.precondition()
 	if err != nil {
 		return false, err
 	}
@@ -139,10 +166,10 @@ func readPrecondition(h *fasthttp.RequestHeader, e cache.Entry, tag []byte) (not
 	if !guard.Holds(e.ETag, e.LastModified) {
 		return false, upstream.ErrPreconditionFailed
 	}
-	if lines := h.PeekAll(fiber.HeaderIfNoneMatch); len(lines) > 0 {
-		return noneMatch(lines, tag), nil
+	if len(fields.ifNoneMatch) > 0 {
+		return noneMatch(fields.ifNoneMatch, tag), nil
 	}
-	if since, ok := httpDate(h.PeekAll(fiber.HeaderIfModifiedSince)); ok && dated {
+	if since, ok := httpDate(fields.ifModifiedSince); ok && dated {
 		return lastModified <= since, nil
 	}
 	return false, nil

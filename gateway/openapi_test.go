@@ -199,7 +199,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 var viewStatuses = map[string]string{
 	"200": "the listing (view)",
 	"304": "If-None-Match matched the ETag (view)",
-	"400": "malformed ref (errBadPath), or a malformed If-Match or If-None-Match (parsePrecondition)",
+	"400": "malformed ref (errBadPath), or a malformed If-Match or If-None-Match (conditions.precondition)",
 	"401": "missing or invalid token (requireToken)",
 	"404": "no such listing, or another firm's passive one (upstream.ErrNotFound)",
 	"406": "Accept-Encoding refuses every coding (errNotAcceptable)",
