@@ -29,15 +29,16 @@ import (
 //	        fill:      both keys, version-guarded, ending the lease; then
 //	                   the local tier
 //
-// A hit from memory does not use ctx, so a caller may pass one that is
-// made on first use; a flight keeps only its values (detached).
+// A hit from memory uses ctx only for its span where tracing is on, so a
+// caller may pass a context made on first use; a flight keeps only its
+// values (detached).
 
 // errNotCached is lookLocal's answer where this process holds no copy it
 // may serve: the read goes on with load.
 var errNotCached = errors.New("not in this process's cache")
 
 // Get returns the listing under k: from this process's memory when it
-// holds a copy it may serve, with no I/O and without using ctx, else past
+// holds a copy it may serve, with no I/O (ctx only for its span), else past
 // it through the key's flight, whose fill for a client that accepts coding
 // cod carries the body compressed with it. It returns upstream.ErrNotFound
 // for a listing that does not exist, and upstream.ErrUnavailable when the

@@ -39,7 +39,7 @@ import (
 type Listings interface {
 	// Get returns the listing under k, the fill of a miss carrying the
 	// body in coding c. A hit from the process's memory does no I/O and
-	// does not use ctx, which may be made on first use.
+	// uses ctx only for its span, so ctx may be made on first use.
 	Get(ctx context.Context, k cache.Key, c coding.Coding) (cache.Entry, error)
 	// Variant returns an entry's body in a coding, compressed once per
 	// version.
