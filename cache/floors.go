@@ -60,8 +60,12 @@ func (f *floors) below(r *record, at time.Time) bool {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.belowLocked(r, at)
+}
+
+func (f *floors) belowLocked(r *record, at time.Time) bool {
 	fl, ok := f.byKey[ByID(r.id)]
-	return ok && r.revision < fl.revision && at.Before(fl.until)
+	return ok && r.id > 0 && r.revision < fl.revision && at.Before(fl.until)
 }
 
 // doubted reports whether the shared tier's copy under k is in doubt, with
@@ -76,10 +80,28 @@ func (f *floors) doubted(k Key) (floor, bool) {
 	return fl, ok && fl.doubt != 0
 }
 
-// refuses reports whether a Redis copy r under k is kept out at now.
+// refuses reports whether a Redis copy r under k is kept out at now: k is
+// in doubt, or r is below its listing's floor. One lock, where any stands.
 func (f *floors) refuses(k Key, r *record, now time.Time) bool {
-	_, doubted := f.doubted(k)
-	return doubted || f.below(r, now)
+	if f.count.Load() == 0 {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.byKey[k].doubt != 0 || f.belowLocked(r, now)
+}
+
+// unwrittenAbove reports whether k is unwritten at a revision above
+// revision: a fill of revision must not take it.
+func (f *floors) unwrittenAbove(k Key, revision int64) bool {
+	fl, doubted := f.doubted(k)
+	return doubted && fl.doubt&unwritten != 0 && revision < fl.revision
+}
+
+// unwrittenKey reports whether a write could not reach k.
+func (f *floors) unwrittenKey(k Key) bool {
+	fl, doubted := f.doubted(k)
+	return doubted && fl.doubt&unwritten != 0
 }
 
 // raise raises the floor of each invalidated listing to its revision, to

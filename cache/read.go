@@ -229,7 +229,7 @@ func (c *Cache) readShared(ctx context.Context, k Key, name string, l *lease) lo
 		c.counts.corrupt.Add(1)
 		c.log.WarnContext(ctx, "cache value unreadable, treated as miss", "key", name, "err", errForeign)
 	case floored:
-		if fl, ok := c.floors.doubted(k); ok && fl.doubt&unwritten != 0 {
+		if c.floors.unwrittenKey(k) {
 			c.repair(ctx, k)
 		}
 	}
@@ -286,8 +286,7 @@ func (m *miss) fill(ctx context.Context, r record) {
 // where it lands; where it does not, the flight's deferred release ends l.
 func (c *Cache) remember(ctx context.Context, r record, ttl time.Duration, l *lease, keys ...Key) {
 	keys = slices.DeleteFunc(keys, func(k Key) bool {
-		fl, doubted := c.floors.doubted(k)
-		return ttl <= 0 || doubted && fl.doubt&unwritten != 0 && r.revision < fl.revision
+		return ttl <= 0 || c.floors.unwrittenAbove(k, r.revision)
 	})
 	if len(keys) == 0 {
 		return
