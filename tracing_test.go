@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -133,7 +134,7 @@ func TestTraceSpanTrees(t *testing.T) {
 	}
 	// A miss of another listing loads the cache's scripts into this new
 	// Redis: the trees below are those of a Redis that holds them.
-	if _, err := p.listings.Get(ctx, cache.ByID(stored[1].ID), coding.Identity); err != nil {
+	if _, err := p.listings.Get(ctx, cache.ByID(stored[1].ID), coding.Identity, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	app := p.srv.App()

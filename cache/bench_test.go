@@ -50,7 +50,7 @@ func BenchmarkHit(b *testing.B) {
 	src := newSource(fullListing())
 	c, rdb, prefix := newRedisCache(b, src)
 	ctx := context.Background()
-	if _, err := c.Get(ctx, ByID(77), coding.Identity); err != nil {
+	if _, err := c.Get(ctx, ByID(77), coding.Identity, time.Now()); err != nil {
 		b.Fatal(err)
 	}
 	doc, _ := json.Marshal(fullListing())
@@ -60,7 +60,7 @@ func BenchmarkHit(b *testing.B) {
 	b.Run("gateway bytes", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			e, err := c.Get(ctx, ByID(77), coding.Identity)
+			e, err := c.Get(ctx, ByID(77), coding.Identity, time.Now())
 			if err != nil || e.State != Hit {
 				b.Fatal(err)
 			}
@@ -83,13 +83,13 @@ func BenchmarkHit(b *testing.B) {
 		}
 	})
 	local := must(b)(NewLocal(testConfig(), testDeps(src, "")))
-	if _, err := local.Get(ctx, ByID(77), coding.Identity); err != nil {
+	if _, err := local.Get(ctx, ByID(77), coding.Identity, time.Now()); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("in-process tier", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := local.Get(ctx, ByID(77), coding.Identity); err != nil {
+			if _, err := local.Get(ctx, ByID(77), coding.Identity, time.Now()); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -450,7 +450,7 @@ func (c *Cache) until(d time.Duration) int64 {
 	return c.now().Add(d).UnixMilli()
 }
 
-func (r record) entry(s State) Entry {
+func (r *record) entry(s State) Entry {
 	return Entry{ID: r.id, Body: r.body, ETag: r.etag, FirmID: r.firmID, No: r.no, Active: r.kind == kindActive, State: s,
 		FreshUntil: r.freshUntil, LastModified: r.modified, LastModifiedDate: r.date, revision: r.revision, variants: r.variants,
 		held: r.held}

@@ -186,8 +186,11 @@ func testDeps(src Source, prefix string) Deps {
 // cachedAt is what this process's memory answers for k at now, without
 // I/O: the local tier's part of Get.
 func (c *Cache) cachedAt(k Key, now time.Time) (Entry, bool) {
-	e, err := c.lookLocal(k, now)
-	return e, err == nil
+	r, err := c.lookLocal(k, now)
+	if err != nil {
+		return Entry{}, false
+	}
+	return r.entry(Hit), true
 }
 
 // must fails t when a cache could not be built.
@@ -284,7 +287,7 @@ func TestMissWritesBothKeysAndLaterReadsSkipTheStore(t *testing.T) {
 	c, rdb, prefix := newRedisCache(t, src)
 	ctx := context.Background()
 
-	e, err := c.Get(ctx, ByID(42), coding.Identity)
+	e, err := c.Get(ctx, ByID(42), coding.Identity, time.Now())
 	if err != nil || e.State != Miss {
 		t.Fatalf("first read: state %v, err %v; want MISS", e.State, err)
 	}
@@ -295,7 +298,7 @@ func TestMissWritesBothKeysAndLaterReadsSkipTheStore(t *testing.T) {
 		}
 	}
 	for _, k := range []Key{ByID(42), ByNumber(7, 3)} {
-		e, err := c.Get(ctx, k, coding.Identity)
+		e, err := c.Get(ctx, k, coding.Identity, time.Now())
 		if err != nil || e.State != Hit {
 			t.Fatalf("read %+v: state %v, err %v; want HIT", k, e.State, err)
 		}
@@ -322,7 +325,7 @@ func TestConcurrentMissesMakeOneStoreCall(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, err := c.Get(context.Background(), ByID(5), coding.Identity)
+					_, err := c.Get(context.Background(), ByID(5), coding.Identity, time.Now())
 					errs <- err
 				}()
 			}
@@ -361,14 +364,14 @@ func TestWaiterHonoursItsOwnContext(t *testing.T) {
 			defer cancelLeader()
 			leader := make(chan error, 1)
 			go func() {
-				_, err := c.Get(leaderCtx, ByID(5), coding.Identity)
+				_, err := c.Get(leaderCtx, ByID(5), coding.Identity, time.Now())
 				leader <- err
 			}()
 			testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 })
 
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 			defer cancel()
-			if _, err := c.Get(ctx, ByID(5), coding.Identity); !errors.Is(err, context.DeadlineExceeded) {
+			if _, err := c.Get(ctx, ByID(5), coding.Identity, time.Now()); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("waiter err = %v, want its own deadline", err)
 			}
 			close(src.gate)
@@ -406,7 +409,7 @@ func TestLoadRunsOnTheCallersGoroutineWhenItsDeadlineAllows(t *testing.T) {
 				ctx, cancel = context.WithTimeout(context.Background(), tt.timeout)
 			}
 			defer cancel()
-			e, err := c.Get(ctx, ByID(5), coding.Identity)
+			e, err := c.Get(ctx, ByID(5), coding.Identity, time.Now())
 			if err != nil || e.State != Miss {
 				t.Fatalf("Get = %v, %v; want a miss", e.State, err)
 			}
@@ -425,11 +428,11 @@ func TestLeaderCancellationDoesNotFailWaiters(t *testing.T) {
 	c, _, _ := newRedisCache(t, src)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { _, _ = c.Get(ctx, ByID(5), coding.Identity) }()
+	go func() { _, _ = c.Get(ctx, ByID(5), coding.Identity, time.Now()) }()
 	testenv.WaitFor(t, func() bool { return src.calls.Load() == 1 })
 	waiter := make(chan error, 1)
 	go func() {
-		_, err := c.Get(context.Background(), ByID(5), coding.Identity)
+		_, err := c.Get(context.Background(), ByID(5), coding.Identity, time.Now())
 		waiter <- err
 	}()
 	cancel()
@@ -444,7 +447,7 @@ func TestAbsentListingIsCachedBriefly(t *testing.T) {
 	c, rdb, prefix := newRedisCache(t, src)
 	ctx := context.Background()
 	for range 3 {
-		if _, err := c.Get(ctx, ByID(99), coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
+		if _, err := c.Get(ctx, ByID(99), coding.Identity, time.Now()); !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatalf("err = %v, want ErrNotFound", err)
 		}
 	}
@@ -472,13 +475,13 @@ func TestStaleServedWhileStoreFails(t *testing.T) {
 			src := newSource(listing(8, 2, 4, true))
 			c, _, _ := newRedisCache(t, src)
 			ctx := context.Background()
-			if _, err := c.Get(ctx, ByID(8), coding.Identity); err != nil {
+			if _, err := c.Get(ctx, ByID(8), coding.Identity, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			src.fail(upstream.ErrUnavailable)
 			start := time.Now()
 			c.now = func() time.Time { return start.Add(tt.give) }
-			e, err := c.Get(ctx, ByNumber(2, 4), coding.Identity)
+			e, err := c.Get(ctx, ByNumber(2, 4), coding.Identity, c.now())
 			if err != nil || e.State != tt.wantState {
 				t.Fatalf("state %v, err %v; want %v", e.State, err, tt.wantState)
 			}
@@ -490,7 +493,7 @@ func TestUnavailableWhenNothingCached(t *testing.T) {
 	src := newSource(listing(8, 2, 4, true))
 	src.fail(upstream.ErrUnavailable)
 	c, _, _ := newRedisCache(t, src)
-	if _, err := c.Get(context.Background(), ByID(8), coding.Identity); !errors.Is(err, upstream.ErrUnavailable) {
+	if _, err := c.Get(context.Background(), ByID(8), coding.Identity, time.Now()); !errors.Is(err, upstream.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
 }
@@ -514,7 +517,7 @@ func TestCorruptValueIsAMiss(t *testing.T) {
 			c, rdb, prefix := newRedisCache(t, src)
 			ctx := context.Background()
 			rdb.Set(ctx, prefix+"realty:id:8", tt.give, time.Minute)
-			e, err := c.Get(ctx, ByID(8), coding.Identity)
+			e, err := c.Get(ctx, ByID(8), coding.Identity, time.Now())
 			if err != nil || e.State != Miss {
 				t.Fatalf("state %v, err %v; want MISS", e.State, err)
 			}
@@ -551,7 +554,7 @@ func TestRedisDownReadsThroughToTheStore(t *testing.T) {
 	src := newSource(listing(3, 1, 1, true))
 	c := must(t)(NewRedis(rdb, 50*time.Millisecond, testConfig(), testDeps(src, "")))
 	for range 2 {
-		e, err := c.Get(context.Background(), ByID(3), coding.Identity)
+		e, err := c.Get(context.Background(), ByID(3), coding.Identity, time.Now())
 		if err != nil || e.State != Miss {
 			t.Fatalf("state %v, err %v; want MISS from the store", e.State, err)
 		}
@@ -565,7 +568,7 @@ func TestLocalCacheDoesNotCacheAbsence(t *testing.T) {
 	src := newSource()
 	c := must(t)(NewLocal(testConfig(), testDeps(src, "")))
 	for range 2 {
-		if _, err := c.Get(context.Background(), ByID(1), coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
+		if _, err := c.Get(context.Background(), ByID(1), coding.Identity, time.Now()); !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatal(err)
 		}
 	}
@@ -633,7 +636,7 @@ func TestBlackholedRedisCostsOneTimeoutPerOperation(t *testing.T) {
 	// the test's patience.
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
 	defer cancel()
-	e, err := c.Get(ctx, ByID(3), coding.Identity)
+	e, err := c.Get(ctx, ByID(3), coding.Identity, time.Now())
 	if err != nil || e.State != Miss {
 		t.Fatalf("state %v, err %v; want MISS from the store within the deadline", e.State, err)
 	}
@@ -670,7 +673,7 @@ func TestFrozenRedisCostsOneTimeoutPerOperation(t *testing.T) {
 	cfg.LocalBytes = 0 // every read asks Redis
 	c := must(t)(NewRedis(rdb, timeout, cfg, deps))
 	// The pipeline's connection is up when Redis stops answering.
-	if _, err := c.Get(context.Background(), ByID(1), coding.Identity); err != nil {
+	if _, err := c.Get(context.Background(), ByID(1), coding.Identity, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	proxy.Freeze()
@@ -690,7 +693,7 @@ func TestFrozenRedisCostsOneTimeoutPerOperation(t *testing.T) {
 		for _, l := range ls {
 			wg.Go(func() {
 				start := time.Now()
-				_, err := c.Get(context.Background(), ByNumber(1, l.No), coding.Identity)
+				_, err := c.Get(context.Background(), ByNumber(1, l.No), coding.Identity, time.Now())
 				took := time.Since(start)
 				mu.Lock()
 				worst = max(worst, took)
@@ -784,7 +787,7 @@ func TestMissLooksAtRedisOnceWithALocalTier(t *testing.T) {
 			trips.commands, trips.scripts = nil, nil
 			trips.mu.Unlock()
 
-			if e, err := c.Get(ctx, ByID(42), coding.Identity); err != nil || e.State != Miss {
+			if e, err := c.Get(ctx, ByID(42), coding.Identity, time.Now()); err != nil || e.State != Miss {
 				t.Fatalf("Get = %v, %v; want a MISS", e.State, err)
 			}
 			trips.mu.Lock()
@@ -817,7 +820,7 @@ func TestMissWritesBothKeysAndAHitReadsOne(t *testing.T) {
 	cfg.LocalBytes = 0
 	c := must(t)(NewRedis(rdb, time.Second, cfg, testDeps(newSource(listing(42, 7, 3, true)), prefix)))
 	ctx := context.Background()
-	if _, err := c.Get(ctx, ByID(42), coding.Identity); err != nil {
+	if _, err := c.Get(ctx, ByID(42), coding.Identity, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	setUp := func(name string) bool { return name == "hello" || name == "client" } // of new connections
@@ -839,7 +842,7 @@ func TestMissWritesBothKeysAndAHitReadsOne(t *testing.T) {
 		}
 	}
 	trips.commands, trips.pipelines = nil, nil
-	if e, err := c.Get(ctx, ByNumber(7, 3), coding.Identity); err != nil || e.State != Hit {
+	if e, err := c.Get(ctx, ByNumber(7, 3), coding.Identity, time.Now()); err != nil || e.State != Hit {
 		t.Fatalf("second read: %v %v", e.State, err)
 	}
 	if trips.commands = slices.DeleteFunc(trips.commands, setUp); len(trips.commands) != 1 || trips.commands[0] != "get" || len(trips.pipelines) != 0 {
@@ -870,7 +873,7 @@ func TestConcurrentMissesShareRoundTrips(t *testing.T) {
 	errs := make(chan error, misses)
 	for _, l := range ls {
 		wg.Go(func() {
-			_, err := c.Get(ctx, ByID(l.ID), coding.Identity)
+			_, err := c.Get(ctx, ByID(l.ID), coding.Identity, time.Now())
 			errs <- err
 		})
 	}
@@ -932,7 +935,7 @@ func TestGuardedSetsSurviveAScriptFlush(t *testing.T) {
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Get(ctx, tt.key, coding.Identity); err != nil && !errors.Is(err, upstream.ErrNotFound) {
+		if _, err := c.Get(ctx, tt.key, coding.Identity, time.Now()); err != nil && !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatal(err)
 		}
 		if n, err := rdb.Exists(ctx, tt.want...).Result(); err != nil || n != int64(len(tt.want)) {
@@ -949,7 +952,7 @@ func TestTierHitsCountRedisHits(t *testing.T) {
 	c, _, _ := newRedisCache(t, src) // not subscribed: no local tier
 	ctx := context.Background()
 	for _, k := range []Key{ByID(42), ByID(42), ByNumber(7, 3)} {
-		if _, err := c.Get(ctx, k, coding.Identity); err != nil {
+		if _, err := c.Get(ctx, k, coding.Identity, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -977,7 +980,7 @@ func TestAFlightKeepsOnlyItsLeadersValues(t *testing.T) {
 	caller := &recycledContext{Context: ctx, next: logctx.WithRequestID(context.Background(), "next")}
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Get(caller, ByID(4), coding.Identity)
+		_, err := c.Get(caller, ByID(4), coding.Identity, time.Now())
 		done <- err
 	}()
 	testenv.WaitFor(t, func() bool { return src.looked.Load() == 1 }) // the flight waits in the store
@@ -988,7 +991,7 @@ func TestAFlightKeepsOnlyItsLeadersValues(t *testing.T) {
 	caller.recycled.Store(true)
 	close(src.gate)
 	testenv.WaitFor(t, func() bool { // the flight filled the key
-		e, err := c.Get(context.Background(), ByID(4), coding.Identity)
+		e, err := c.Get(context.Background(), ByID(4), coding.Identity, time.Now())
 		return err == nil && e.State == Hit && src.calls.Load() == 1
 	})
 	if n := caller.usedAfter.Load(); n != 0 {

@@ -57,10 +57,10 @@ func TestApplyRefreshesWhatIsCached(t *testing.T) {
 	old := listing(1, 7, 3, true)
 	src := newSource(old)
 	c, rdb, prefix := newRedisCache(t, src)
-	if _, err := c.Get(ctx, ByID(1), coding.Identity); err != nil { // both keys cached at revision 1
+	if _, err := c.Get(ctx, ByID(1), coding.Identity, time.Now()); err != nil { // both keys cached at revision 1
 		t.Fatal(err)
 	}
-	if _, err := c.Get(ctx, ByNumber(7, 99), coding.Identity); !errors.Is(err, upstream.ErrNotFound) { // a cached absence
+	if _, err := c.Get(ctx, ByNumber(7, 99), coding.Identity, time.Now()); !errors.Is(err, upstream.ErrNotFound) { // a cached absence
 		t.Fatal(err)
 	}
 
@@ -99,7 +99,7 @@ func TestApplyRefreshesWhatIsCached(t *testing.T) {
 	}
 	src.listings[2] = moved
 	before := src.calls.Load()
-	if e, err := c.Get(ctx, ByID(2), coding.Identity); err != nil || e.State != Miss || src.calls.Load() != before+1 {
+	if e, err := c.Get(ctx, ByID(2), coding.Identity, time.Now()); err != nil || e.State != Miss || src.calls.Load() != before+1 {
 		t.Fatalf("Get(2) over a floor = %+v, %v, %d store calls; want a miss from the store", e, err, src.calls.Load()-before)
 	}
 	if r, _ := stored(t, rdb, prefix+"realty:id:2"); r.kind != kindActive || r.revision != 1 {
@@ -115,7 +115,7 @@ func TestApplyDeletesAndMoves(t *testing.T) {
 	src := newSource(a, b)
 	c, rdb, prefix := newRedisCache(t, src)
 	for _, k := range []Key{ByID(1), ByID(2), ByNumber(7, 4)} {
-		if _, err := c.Get(ctx, k, coding.Identity); err != nil {
+		if _, err := c.Get(ctx, k, coding.Identity, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,7 +130,7 @@ func TestApplyDeletesAndMoves(t *testing.T) {
 	delete(src.listings, 1)
 	before := src.calls.Load()
 	for _, k := range []Key{ByID(1), ByNumber(7, 3)} {
-		if _, err := c.Get(ctx, k, coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
+		if _, err := c.Get(ctx, k, coding.Identity, time.Now()); !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatalf("Get(%+v) after the delete: %v; want ErrNotFound", k, err)
 		}
 	}
@@ -163,7 +163,7 @@ func TestApplyTellsOtherGateways(t *testing.T) {
 		wg.Go(func() { c.Run(runCtx) })
 		<-c.Subscribed()
 	}
-	if _, err := other.Get(ctx, ByID(1), coding.Identity); err != nil {
+	if _, err := other.Get(ctx, ByID(1), coding.Identity, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := other.cachedAt(ByID(1), time.Now()); !ok {
@@ -186,7 +186,7 @@ func TestApplyLocalTier(t *testing.T) {
 	ctx := context.Background()
 	src := newSource(listing(1, 7, 3, true))
 	c := must(t)(NewLocal(testConfig(), testDeps(src, "")))
-	if _, err := c.Get(ctx, ByID(1), coding.Identity); err != nil {
+	if _, err := c.Get(ctx, ByID(1), coding.Identity, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	next := listing(1, 7, 3, true)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/upstream"
@@ -31,7 +32,7 @@ func TestImportStreamReplacesAbsences(t *testing.T) {
 	}
 	c, _, _ := newRedisCache(t, s) // absences are cached in Redis only
 	for _, k := range []Key{ByID(2), ByNumber(firm.ID, 2)} {
-		if _, err := c.Get(ctx, k, coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
+		if _, err := c.Get(ctx, k, coding.Identity, time.Now()); !errors.Is(err, upstream.ErrNotFound) {
 			t.Fatalf("Get(%+v) before the import: %v; want ErrNotFound", k, err)
 		}
 	}
@@ -48,7 +49,7 @@ func TestImportStreamReplacesAbsences(t *testing.T) {
 		t.Fatalf("ImportStream() = %d, %v, progress %d; want %d", got, err, done, n)
 	}
 	for _, k := range []Key{ByID(2), ByNumber(firm.ID, 2)} {
-		if _, err := c.Get(ctx, k, coding.Identity); err != nil {
+		if _, err := c.Get(ctx, k, coding.Identity, time.Now()); err != nil {
 			t.Fatalf("Get(%+v) after the import: %v; want the imported listing", k, err)
 		}
 	}

@@ -60,7 +60,7 @@ func TestSubscriptionLivenessTellsAStarvedProcessFromALostSubscription(t *testin
 				return msg, err
 			}
 			running(t, c)
-			if _, err := c.Get(context.Background(), ByID(5), coding.Identity); err != nil {
+			if _, err := c.Get(context.Background(), ByID(5), coding.Identity, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			gen := c.front.generation()
@@ -120,7 +120,7 @@ func TestAWriteOutwaitsASlowAcknowledgement(t *testing.T) {
 			}
 			running(t, slow)
 			ctx := context.Background()
-			if e, err := slow.Get(ctx, ByID(5), coding.Identity); err != nil || e.revision != 1 {
+			if e, err := slow.Get(ctx, ByID(5), coding.Identity, time.Now()); err != nil || e.revision != 1 {
 				t.Fatalf("first read: %v, %v", e.revision, err)
 			}
 			if _, ok := slow.cachedAt(ByID(5), time.Now()); !ok {
@@ -129,7 +129,7 @@ func TestAWriteOutwaitsASlowAcknowledgement(t *testing.T) {
 			if _, err := writer.Replace(ctx, src.listings[5], listing(5, 1, 1, true), upstream.Precondition{}); err != nil {
 				t.Fatal(err)
 			}
-			e, err := slow.Get(ctx, ByID(5), coding.Identity)
+			e, err := slow.Get(ctx, ByID(5), coding.Identity, time.Now())
 			once.Do(func() { close(readAfterWrite) })
 			if err != nil || e.revision != tt.wantRevision {
 				t.Fatalf("read after the write returned: revision %d, %v; want %d", e.revision, err, tt.wantRevision)
@@ -154,7 +154,7 @@ func TestALocalCopyAgesFromTheStartOfItsRead(t *testing.T) {
 	c := running(t, must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix))))
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Get(context.Background(), ByID(5), coding.Identity)
+		_, err := c.Get(context.Background(), ByID(5), coding.Identity, time.Now())
 		done <- err
 	}()
 	testenv.WaitFor(t, func() bool { return src.looked.Load() == 1 })

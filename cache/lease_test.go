@@ -37,7 +37,7 @@ func TestColdKeyIsLoadedOnceForTheFleet(t *testing.T) {
 	got := make([]Entry, len(cs))
 	for i, c := range cs {
 		wg.Go(func() {
-			e, err := c.Get(context.Background(), ByID(5), coding.Identity)
+			e, err := c.Get(context.Background(), ByID(5), coding.Identity, time.Now())
 			if err != nil {
 				t.Errorf("gateway %d: %v", i, err)
 			}
@@ -88,7 +88,7 @@ func TestLeaseOfADeadHolderIsTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	e, err := c.Get(context.Background(), ByID(5), coding.Identity)
+	e, err := c.Get(context.Background(), ByID(5), coding.Identity, time.Now())
 	if err != nil || e.ID != 5 || e.State != Miss {
 		t.Fatalf("Get = %+v, %v; want a miss loaded here", e, err)
 	}
@@ -138,7 +138,7 @@ func TestOnlyAWaitedForFillIsAnnounced(t *testing.T) {
 	c := fleet(t, 1, src)[0]
 	rdb := redisOf(c).rdb
 	sub := subscribeFilled(t, c)
-	if _, err := c.Get(ctx, ByID(5), coding.Identity); err != nil {
+	if _, err := c.Get(ctx, ByID(5), coding.Identity, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if msg, err := sub.ReceiveTimeout(ctx, 300*time.Millisecond); err == nil {
@@ -218,7 +218,7 @@ func TestTheLeaseRidesOnTheLookWhileKeysAreColdOnly(t *testing.T) {
 		trips.mu.Lock()
 		trips.commands, trips.scripts = nil, nil
 		trips.mu.Unlock()
-		if e, err := c.Get(ctx, k, coding.Identity); err != nil || e.State != want {
+		if e, err := c.Get(ctx, k, coding.Identity, time.Now()); err != nil || e.State != want {
 			t.Fatalf("Get %v = %v, %v; want %v", k, e.State, err, want)
 		}
 		trips.mu.Lock()
@@ -318,7 +318,7 @@ func TestAFrozenRedisIsNoLeaseHeldElsewhere(t *testing.T) {
 	deps := testDeps(src, "frozen:")
 	deps.LoadTimeout = 2*time.Second + 3*timeout // the gateway's default: the store's timeout and three Redis operations
 	c := running(t, must(t)(NewRedis(rdb, timeout, testConfig(), deps)))
-	if _, err := c.Get(context.Background(), ByID(21), coding.Identity); err != nil { // the connections are up
+	if _, err := c.Get(context.Background(), ByID(21), coding.Identity, time.Now()); err != nil { // the connections are up
 		t.Fatal(err)
 	}
 	if !c.shareFlights() {
@@ -329,7 +329,7 @@ func TestAFrozenRedisIsNoLeaseHeldElsewhere(t *testing.T) {
 	for i := range int64(10) {
 		for _, k := range []Key{ByID(i + 1), ByNumber(1, i+11)} {
 			start := time.Now()
-			e, err := c.Get(context.Background(), k, coding.Identity)
+			e, err := c.Get(context.Background(), k, coding.Identity, time.Now())
 			took := time.Since(start)
 			if err != nil || e.State != Miss {
 				t.Fatalf("read %d of %+v: %+v, %v; want a miss from the store", i+1, k, e, err)

@@ -71,7 +71,7 @@ func TestFlightsAreSharedOnlyWhileWritesAreHeard(t *testing.T) {
 	src.gate = make(chan struct{})
 	first := make(chan Entry, 1)
 	go func() {
-		e, err := deaf.Get(ctx, ByID(5), coding.Identity)
+		e, err := deaf.Get(ctx, ByID(5), coding.Identity, time.Now())
 		if err != nil {
 			t.Error(err)
 		}
@@ -86,7 +86,7 @@ func TestFlightsAreSharedOnlyWhileWritesAreHeard(t *testing.T) {
 	}
 	second := make(chan Entry, 1)
 	go func() {
-		e, err := deaf.Get(ctx, ByID(5), coding.Identity)
+		e, err := deaf.Get(ctx, ByID(5), coding.Identity, time.Now())
 		if err != nil {
 			t.Error(err)
 		}

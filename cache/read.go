@@ -31,49 +31,54 @@ import (
 //
 // A hit from memory uses ctx only for its span where tracing is on, so a
 // caller may pass a context made on first use; a flight keeps only its
-// values (detached).
+// values (detached). It reads no clock: at, the read's time, judges it.
 
 // errNotCached is lookLocal's answer where this process holds no copy it
 // may serve: the read goes on with load.
 var errNotCached = errors.New("not in this process's cache")
 
 // Get returns the listing under k: from this process's memory when it
-// holds a copy it may serve, with no I/O (ctx only for its span), else past
+// holds a copy it may serve at time at (the request's arrival, which the
+// caller has read already), with no I/O (ctx only for its span), else past
 // it through the key's flight, whose fill for a client that accepts coding
 // cod carries the body compressed with it. It returns upstream.ErrNotFound
 // for a listing that does not exist, and upstream.ErrUnavailable when the
 // store fails and nothing usable is cached. It returns by ctx's deadline,
 // with ctx's error when that comes first, while the flight goes on for
 // the other callers.
-func (c *Cache) Get(ctx context.Context, k Key, cod coding.Coding) (Entry, error) {
-	e, err := c.traceLocal(ctx, k)
-	if err == errNotCached { //nolint:errorlint // lookLocal returns it bare
+func (c *Cache) Get(ctx context.Context, k Key, cod coding.Coding, at time.Time) (Entry, error) {
+	r, err := c.traceLocal(ctx, k, at)
+	switch {
+	case err == nil:
+		return r.entry(Hit), nil
+	case err == errNotCached: //nolint:errorlint // lookLocal returns it bare
 		return c.load(ctx, k, cod)
 	}
-	return e, err
+	return Entry{}, err
 }
 
 // traceLocal looks k up in the local tier, within a span if tracing is on.
-func (c *Cache) traceLocal(ctx context.Context, k Key) (Entry, error) {
+func (c *Cache) traceLocal(ctx context.Context, k Key, at time.Time) (*record, error) {
 	if c.tracer == nil {
-		return c.lookLocal(k, c.now())
+		return c.lookLocal(k, at)
 	}
 	_, span := c.tracer.Start(ctx, "cache local")
-	e, err := c.lookLocal(k, c.now())
+	r, err := c.lookLocal(k, at)
 	span.SetAttributes(attribute.Bool("cache.hit", err == nil))
 	span.End()
-	return e, err
+	return r, err
 }
 
-// lookLocal answers from this process's memory alone: a fresh listing, or
-// upstream.ErrNotFound for a listing it knows deleted, else errNotCached.
-func (c *Cache) lookLocal(k Key, now time.Time) (Entry, error) {
+// lookLocal answers from this process's memory alone: the copy of a
+// fresh listing, or upstream.ErrNotFound for a listing it knows deleted,
+// else errNotCached.
+func (c *Cache) lookLocal(k Key, now time.Time) (*record, error) {
 	if c.local == nil {
-		return Entry{}, errNotCached
+		return nil, errNotCached
 	}
 	r, ok := c.local.lookup(k, now)
 	if !ok {
-		return Entry{}, errNotCached
+		return nil, errNotCached
 	}
 	switch c.admit(k, r, now.UnixMilli(), fromLocal) {
 	case admitted:
@@ -81,12 +86,12 @@ func (c *Cache) lookLocal(k Key, now time.Time) (Entry, error) {
 		if c.front != nil {
 			c.counts.localHits.Add(1)
 		}
-		return r.entry(Hit), nil
+		return r, nil
 	case absent:
 		c.counts.negative.Add(1)
-		return Entry{}, notFound(k.name(c.prefix))
+		return nil, notFound(k.name(c.prefix))
 	}
-	return Entry{}, errNotCached
+	return nil, errNotCached
 }
 
 // load reads k past the local tier: it joins or starts the key's flight

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/realty-gateway/gateway/coding"
 )
@@ -19,12 +20,12 @@ func BenchmarkRedisHit(b *testing.B) {
 	defer cancel()
 	go c.Run(ctx)
 	<-c.Subscribed()
-	if _, err := c.Get(ctx, ByID(77), coding.Identity); err != nil {
+	if _, err := c.Get(ctx, ByID(77), coding.Identity, time.Now()); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if e, err := c.Get(ctx, ByID(77), coding.Identity); err != nil || e.State != Hit {
+		if e, err := c.Get(ctx, ByID(77), coding.Identity, time.Now()); err != nil || e.State != Hit {
 			b.Fatal(e.State, err)
 		}
 	}

@@ -23,7 +23,7 @@ func TestRedisTrustedOnlyWhenTheFeedVouches(t *testing.T) {
 	cfg.LocalBytes = 0 // every read looks at Redis
 	warm := must(t)(NewRedis(rdb, testRedisTimeout, cfg, testDeps(src, prefix)))
 	for _, k := range []Key{ByID(1), ByID(2)} {
-		if _, err := warm.Get(ctx, k, coding.Identity); err != nil {
+		if _, err := warm.Get(ctx, k, coding.Identity, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -42,7 +42,7 @@ func TestRedisTrustedOnlyWhenTheFeedVouches(t *testing.T) {
 
 	served := func(k Key) State {
 		t.Helper()
-		e, err := c.Get(ctx, k, coding.Identity)
+		e, err := c.Get(ctx, k, coding.Identity, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func TestRedisDistrustedOnTrouble(t *testing.T) {
 	testenv.WaitFor(t, c.RedisTrusted)
 
 	down.Store(true)
-	if _, err := c.Get(ctx, ByID(1), coding.Identity); err != nil { // Redis fails: the store answers
+	if _, err := c.Get(ctx, ByID(1), coding.Identity, time.Now()); err != nil { // Redis fails: the store answers
 		t.Fatal(err)
 	}
 	if c.RedisTrusted() {

@@ -54,7 +54,7 @@ func read(t *testing.T, c *Cache, k Key) Entry {
 	if e, ok := c.cachedAt(k, time.Now()); ok {
 		return e
 	}
-	e, err := c.Get(context.Background(), k, coding.Identity)
+	e, err := c.Get(context.Background(), k, coding.Identity, time.Now())
 	if err != nil {
 		t.Fatalf("Get(%v): %v", k, err)
 	}
@@ -256,7 +256,7 @@ func TestCompressingMissCarriesItsVariant(t *testing.T) {
 	cfg.LocalBytes = 0
 	c := must(t)(NewRedis(rdb, time.Second, cfg, testDeps(newSource(listing(42, 7, 3, true)), prefix)))
 	ctx := context.Background()
-	e, err := c.Get(ctx, ByID(42), coding.Gzip)
+	e, err := c.Get(ctx, ByID(42), coding.Gzip, time.Now())
 	if err != nil || e.State != Miss {
 		t.Fatalf("Get = %v, %v; want a MISS", e.State, err)
 	}

@@ -39,7 +39,7 @@ func TestSlowFillDoesNotOverwriteAnUpdate(t *testing.T) {
 			src.gate = gate
 			fill := make(chan Entry, 1)
 			go func() {
-				e, _ := c.Get(ctx, ByID(9), coding.Identity)
+				e, _ := c.Get(ctx, ByID(9), coding.Identity, time.Now())
 				fill <- e
 			}()
 			testenv.WaitFor(t, func() bool { return src.looked.Load() == 1 }) // the fill has read "old"
@@ -58,7 +58,7 @@ func TestSlowFillDoesNotOverwriteAnUpdate(t *testing.T) {
 			}
 
 			for _, k := range []Key{ByID(9), ByNumber(3, 5)} {
-				e, err := c.Get(ctx, k, coding.Identity)
+				e, err := c.Get(ctx, k, coding.Identity, time.Now())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -78,7 +78,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 			ctx := context.Background()
 
 			// A cached "absent" must not outlive the create.
-			if _, err := c.Get(ctx, ByID(4), coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
+			if _, err := c.Get(ctx, ByID(4), coding.Identity, time.Now()); !errors.Is(err, upstream.ErrNotFound) {
 				t.Fatalf("before create: %v", err)
 			}
 			l := listing(4, 2, 1, true)
@@ -88,7 +88,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 			}
 			loads := src.calls.Load()
 			for _, k := range []Key{ByID(4), ByNumber(2, 1)} {
-				e, err := c.Get(ctx, k, coding.Identity)
+				e, err := c.Get(ctx, k, coding.Identity, time.Now())
 				if err != nil || e.State != Hit || titleOf(t, e.Body) != "created" {
 					t.Fatalf("read %+v after create: %v %v", k, e.State, err)
 				}
@@ -103,7 +103,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, k := range []Key{ByID(4), ByNumber(2, 1)} {
-				e, err := c.Get(ctx, k, coding.Identity)
+				e, err := c.Get(ctx, k, coding.Identity, time.Now())
 				if err != nil || titleOf(t, e.Body) != "replaced" {
 					t.Fatalf("read %+v after replace: %v", k, err)
 				}
@@ -113,7 +113,7 @@ func TestWritesPublishBothKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, k := range []Key{ByID(4), ByNumber(2, 1)} {
-				if _, err := c.Get(ctx, k, coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
+				if _, err := c.Get(ctx, k, coding.Identity, time.Now()); !errors.Is(err, upstream.ErrNotFound) {
 					t.Fatalf("read %+v after delete: %v, want ErrNotFound", k, err)
 				}
 			}
@@ -179,7 +179,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	writer, tier, other, _ := failingWriter(t, src)
 	ctx := context.Background()
 
-	if _, err := writer.Get(ctx, ByID(6), coding.Identity); err != nil { // both keys now hold "old"
+	if _, err := writer.Get(ctx, ByID(6), coding.Identity, time.Now()); err != nil { // both keys now hold "old"
 		t.Fatal(err)
 	}
 	tier.broken.Store(true)
@@ -192,7 +192,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 		t.Fatalf("incoherent = %d, want both keys counted", got)
 	}
 	for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
-		e, err := writer.Get(ctx, k, coding.Identity)
+		e, err := writer.Get(ctx, k, coding.Identity, time.Now())
 		if err != nil || titleOf(t, e.Body) != "new" {
 			t.Fatalf("writer read %+v: %v %v; an unwritten key was served", k, err, e.State)
 		}
@@ -208,7 +208,7 @@ func TestFailedPublishNeverServesTheOldVersion(t *testing.T) {
 	})
 	cancel()
 	for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
-		e, err := other.Get(ctx, k, coding.Identity)
+		e, err := other.Get(ctx, k, coding.Identity, time.Now())
 		if err != nil || titleOf(t, e.Body) != "new" {
 			t.Fatalf("other process read %+v after repair: %v %q", k, err, e.Body)
 		}
@@ -226,7 +226,7 @@ func holdFill(t *testing.T, c *Cache, src *source, id int64) (release chan struc
 	src.mu.Unlock()
 	go func() {
 		defer close(done)
-		_, _ = c.Get(context.Background(), ByID(id), coding.Identity)
+		_, _ = c.Get(context.Background(), ByID(id), coding.Identity, time.Now())
 	}()
 	testenv.WaitFor(t, func() bool { return src.looked.Load() == before+1 })
 	src.mu.Lock()
@@ -258,7 +258,7 @@ func TestSlowFillAfterAFailedPublish(t *testing.T) {
 
 	for _, c := range []*Cache{writer, other} {
 		for _, k := range []Key{ByID(6), ByNumber(2, 2)} {
-			e, err := c.Get(ctx, k, coding.Identity)
+			e, err := c.Get(ctx, k, coding.Identity, time.Now())
 			if err != nil || titleOf(t, e.Body) != "new" {
 				t.Fatalf("read %+v: %v %q; the slow fill brought the old version back", k, err, e.Body)
 			}
@@ -283,7 +283,7 @@ func TestDeleteWinsOverASlowFill(t *testing.T) {
 			close(release)
 			<-done
 			for _, k := range []Key{ByID(8), ByNumber(1, 8)} {
-				if e, err := c.Get(context.Background(), k, coding.Identity); !errors.Is(err, upstream.ErrNotFound) {
+				if e, err := c.Get(context.Background(), k, coding.Identity, time.Now()); !errors.Is(err, upstream.ErrNotFound) {
 					t.Fatalf("read %+v after delete: %v %q, want ErrNotFound", k, err, e.Body)
 				}
 			}
@@ -301,7 +301,7 @@ func TestWriteWithUnknownOutcomeRemovesTheKeys(t *testing.T) {
 			src := newSource(old)
 			c := tt.give(src)
 			ctx := context.Background()
-			if _, err := c.Get(ctx, ByID(3), coding.Identity); err != nil {
+			if _, err := c.Get(ctx, ByID(3), coding.Identity, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			src.lostCommit = true
@@ -311,7 +311,7 @@ func TestWriteWithUnknownOutcomeRemovesTheKeys(t *testing.T) {
 				t.Fatalf("err = %v", err)
 			}
 			for _, k := range []Key{ByID(3), ByNumber(1, 3)} {
-				e, err := c.Get(ctx, k, coding.Identity)
+				e, err := c.Get(ctx, k, coding.Identity, time.Now())
 				if err != nil || titleOf(t, e.Body) != "new" {
 					t.Fatalf("read %+v after a lost commit: %v %q", k, err, e.Body)
 				}
@@ -346,7 +346,7 @@ func TestPurgeRemovesBothKeysEverywhere(t *testing.T) {
 			}
 			replica, admin := caches[0], caches[1]
 			for _, k := range []Key{ByID(42), ByNumber(7, 3), ByID(42)} {
-				if _, err := replica.Get(ctx, k, coding.Identity); err != nil {
+				if _, err := replica.Get(ctx, k, coding.Identity, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -363,7 +363,7 @@ func TestPurgeRemovesBothKeysEverywhere(t *testing.T) {
 				t.Fatalf("%d keys left in Redis", n)
 			}
 			for _, k := range []Key{ByNumber(7, 3), ByID(42)} {
-				if _, err := replica.Get(ctx, k, coding.Identity); err != nil {
+				if _, err := replica.Get(ctx, k, coding.Identity, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 			}

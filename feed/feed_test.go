@@ -116,7 +116,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func (f fixture) title(t *testing.T) string {
 	t.Helper()
-	e, err := f.cache.Get(context.Background(), cache.ByID(f.listing.ID), coding.Identity)
+	e, err := f.cache.Get(context.Background(), cache.ByID(f.listing.ID), coding.Identity, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestConsumerImportSendsNoPurges(t *testing.T) {
 	waitLong(t, func() bool { return f.count(t, "done_at IS NULL") == 0 }) // the fixture's own
 	before := len(p.seen())
 	next := f.listing.ID + 1
-	if _, err := f.cache.Get(ctx, cache.ByID(next), coding.Identity); !errors.Is(err, upstream.ErrNotFound) { // a cached absence
+	if _, err := f.cache.Get(ctx, cache.ByID(next), coding.Identity, time.Now()); !errors.Is(err, upstream.ErrNotFound) { // a cached absence
 		t.Fatalf("Get(%d) before the import: %v; want ErrNotFound", next, err)
 	}
 	ls := make([]upstream.Listing, n)
@@ -304,7 +304,7 @@ func TestConsumerImportSendsNoPurges(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLong(t, func() bool { return f.count(t, "done_at IS NULL") == 0 })
-	if _, err := f.cache.Get(ctx, cache.ByID(next), coding.Identity); err != nil {
+	if _, err := f.cache.Get(ctx, cache.ByID(next), coding.Identity, time.Now()); err != nil {
 		t.Fatalf("Get(%d) after the feed applied the import: %v", next, err)
 	}
 	if got := p.seen()[before:]; len(got) != 0 {

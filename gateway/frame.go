@@ -17,8 +17,12 @@ import (
 	"github.com/realty-gateway/gateway/internal/logctx"
 )
 
-// headerRequestID names a request in logs and answers.
-const headerRequestID = "X-Request-ID"
+// headerRequestID names a request in logs and answers; canonicalRequestID
+// is its name as fasthttp writes a request's (headers.go).
+const (
+	headerRequestID    = "X-Request-ID"
+	canonicalRequestID = "X-Request-Id"
+)
 
 // maxRequestIDLen bounds an accepted incoming request id.
 const maxRequestIDLen = 128
@@ -33,11 +37,11 @@ var errPanicked = errors.New("handler panicked")
 // it into a 500 problem, one error log line with the stack, and a count in
 // Panics.
 func (s *Server) frame(c *fiber.Ctx) (err error) {
-	if id := c.Request().Header.Peek(headerRequestID); validRequestID(id) {
-		c.Response().Header.SetCanonical([]byte("X-Request-Id"), id)
+	if id := requestField(&c.Request().Header, canonicalRequestID); validRequestID(id) {
+		c.Response().Header.SetCanonical([]byte(canonicalRequestID), id)
 	} else {
 		var buf [48]byte
-		c.Response().Header.SetCanonical([]byte("X-Request-Id"), s.newRequestID(buf[:0]))
+		c.Response().Header.SetCanonical([]byte(canonicalRequestID), s.newRequestID(buf[:0]))
 	}
 	var span trace.Span
 	if s.tracer != nil && !inPreflight(c) {
@@ -185,6 +189,12 @@ func (s *Server) readContext(c *fiber.Ctx) *readContext {
 	}
 	rc.s, rc.c = s, c
 	return rc
+}
+
+// putReadContext returns rc to the pool, holding no request.
+func (s *Server) putReadContext(rc *readContext) {
+	rc.c = nil
+	s.readContexts.Put(rc)
 }
 
 func (rc *readContext) context() context.Context    { return rc.s.requestContext(rc.c) }

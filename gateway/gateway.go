@@ -38,9 +38,10 @@ import (
 // the store and both cache keys.
 type Listings interface {
 	// Get returns the listing under k, the fill of a miss carrying the
-	// body in coding c. A hit from the process's memory does no I/O and
-	// uses ctx only for its span, so ctx may be made on first use.
-	Get(ctx context.Context, k cache.Key, c coding.Coding) (cache.Entry, error)
+	// body in coding c. A hit from the process's memory does no I/O, is
+	// judged at time at, and uses ctx only for its span, so ctx may be
+	// made on first use.
+	Get(ctx context.Context, k cache.Key, c coding.Coding, at time.Time) (cache.Entry, error)
 	// Variant returns an entry's body in a coding, compressed once per
 	// version.
 	Variant(e cache.Entry, c coding.Coding) ([]byte, error)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/valyala/fasthttp"
 
 	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/upstream"
@@ -22,10 +21,10 @@ var openAPIYAML []byte
 type documentVariants [coding.Count]struct{ body, etag []byte }
 
 // smaller returns cod where its body is smaller than the identity body,
-// else Identity where req's Accept-Encoding accepts it: a coding that does
-// not shrink the body is not sent. It reads the field again only then.
-func smaller(cod coding.Coding, compressed, identity int, req *fasthttp.RequestHeader) coding.Coding {
-	if cod == coding.Identity || compressed < identity || !coding.Acceptable(req.PeekAll(fiber.HeaderAcceptEncoding), coding.Identity) {
+// else Identity where the request's Accept-Encoding lines, accepts,
+// accept it: a coding that does not shrink the body is not sent.
+func smaller(cod coding.Coding, compressed, identity int, accepts [][]byte) coding.Coding {
+	if cod == coding.Identity || compressed < identity || !coding.Acceptable(accepts, coding.Identity) {
 		return cod
 	}
 	return coding.Identity
@@ -92,11 +91,13 @@ func serveDocument(c *fiber.Ctx, doc *documentVariants, mediaType, cacheControl 
 	h := &c.Response().Header
 	req := &c.Request().Header
 	h.Set(fiber.HeaderVary, fiber.HeaderAcceptEncoding)
-	cod, ok := coding.Negotiate(req.PeekAll(fiber.HeaderAcceptEncoding))
+	var accepts [4][]byte
+	lines := requestFields(req, fiber.HeaderAcceptEncoding, accepts[:0])
+	cod, ok := coding.Negotiate(lines)
 	if !ok {
 		return errNotAcceptable
 	}
-	cod = smaller(cod, len(doc[cod].body), len(doc[coding.Identity].body), req)
+	cod = smaller(cod, len(doc[cod].body), len(doc[coding.Identity].body), lines)
 	v := doc[cod]
 	h.SetBytesV(fiber.HeaderETag, v.etag)
 	h.Set(fiber.HeaderCacheControl, cacheControl)

@@ -20,7 +20,7 @@ func (s *Server) originOr(auth fiber.Handler) fiber.Handler {
 		given := c.Request().Header.Peek(header)
 		// A visitor's token wins: the CDN sends the secret with every
 		// fetch, and the owner of a passive listing must still see it.
-		if given == nil || len(c.Request().Header.Peek(fiber.HeaderAuthorization)) > 0 {
+		if given == nil || len(requestField(&c.Request().Header, fiber.HeaderAuthorization)) > 0 {
 			return auth(c)
 		}
 		if subtle.ConstantTimeCompare(given, secret) != 1 {

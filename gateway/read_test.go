@@ -173,8 +173,8 @@ func TestCacheControlModes(t *testing.T) {
 // the cache does while the store fails.
 type staleListings struct{ Listings }
 
-func (s staleListings) Get(ctx context.Context, k cache.Key, cod coding.Coding) (cache.Entry, error) {
-	e, err := s.Listings.Get(ctx, k, cod)
+func (s staleListings) Get(ctx context.Context, k cache.Key, cod coding.Coding, at time.Time) (cache.Entry, error) {
+	e, err := s.Listings.Get(ctx, k, cod, at)
 	e.State = cache.Stale
 	e.FreshUntil = time.Now().Add(-time.Hour + time.Minute).UnixMilli() // fresh for a minute, an hour ago
 	return e, err

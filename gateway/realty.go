@@ -57,10 +57,12 @@ func (s *Server) view(c *fiber.Ctx) error {
 	}
 	now := requestTime(c)
 	req := &c.Request().Header
-	cod, acceptable := coding.Negotiate(req.PeekAll(fiber.HeaderAcceptEncoding))
+	var accepts [4][]byte
+	acceptLines := requestFields(req, fiber.HeaderAcceptEncoding, accepts[:0])
+	cod, acceptable := coding.Negotiate(acceptLines)
 	rc := s.readContext(c)
-	e, err := s.listings.Get(rc, key, cod)
-	s.readContexts.Put(rc)
+	e, err := s.listings.Get(rc, key, cod, now)
+	s.putReadContext(rc)
 	if err != nil {
 		return err
 	}
@@ -80,7 +82,7 @@ func (s *Server) view(c *fiber.Ctx) error {
 		if body, err = s.listings.Variant(e, cod); err != nil {
 			return err
 		}
-		cod = smaller(cod, len(body), len(e.Body), req)
+		cod = smaller(cod, len(body), len(e.Body), acceptLines)
 		if cod == coding.Identity {
 			body = e.Body
 		}
@@ -130,7 +132,7 @@ func (s *Server) cacheHeaders(c *fiber.Ctx, e cache.Entry, etag []byte, now time
 	h := &c.Response().Header
 	h.SetCanonical([]byte("Etag"), etag)
 	switch sec, ok := lastModifiedOf(e); {
-	case !ok || sec > s.dates.second(now): // none, or ahead of the answer's Date
+	case !ok || !s.dates.reached(sec, now): // none, or ahead of the answer's Date
 	case e.LastModifiedDate != nil: // made once per version kept in process
 		h.SetCanonical([]byte(fiber.HeaderLastModified), e.LastModifiedDate)
 	default:

@@ -74,12 +74,12 @@ func (s *Server) requireToken() fiber.Handler {
 		Claims:     &checkedClaims{},
 		ContextKey: tokenKey,
 		ErrorHandler: func(c *fiber.Ctx, _ error) error {
-			return s.refuse(authInvalid, c.Request().Header.Peek(fiber.HeaderAuthorization))
+			return s.refuse(authInvalid, requestField(&c.Request().Header, fiber.HeaderAuthorization))
 		},
 		SuccessHandler: s.acceptVerified,
 	})
 	return func(c *fiber.Ctx) error {
-		header := c.Request().Header.Peek(fiber.HeaderAuthorization)
+		header := requestField(&c.Request().Header, fiber.HeaderAuthorization)
 		// A header equal to one that passed every check was well formed
 		// then: only an unknown one is scanned. A remembered token is
 		// checked against the revocations on every use, so that a token
@@ -104,7 +104,7 @@ func (s *Server) requireToken() fiber.Handler {
 // acceptVerified checks the claims of a token whose signature verified,
 // remembers it, and lets the request on unless it is revoked.
 func (s *Server) acceptVerified(c *fiber.Ctx) error {
-	header := c.Request().Header.Peek(fiber.HeaderAuthorization)
+	header := requestField(&c.Request().Header, fiber.HeaderAuthorization)
 	tok, ok := c.Locals(tokenKey).(*jwt.Token)
 	if !ok {
 		return s.refuse(authInvalid, header)
