@@ -3,10 +3,11 @@ package gateway
 import "github.com/valyala/fasthttp"
 
 // A request's field names arrive normalized: fasthttp's parser writes
-// them in its canonical form ("X-Request-Id", "Accept-Encoding"). Peek
-// and PeekAll copy and normalize the name they are given on every call,
-// which costs a hit more than the lookup itself; these read a name given
-// in canonical form as it is.
+// them in its canonical form ("X-Request-Id", "Accept-Encoding"), as the
+// App leaves DisableHeaderNormalizing off. Peek and PeekAll copy and
+// normalize the name they are given on every call, which costs a hit
+// more than the lookup itself; these read a name given in canonical form
+// as it is.
 
 // requestField returns the value of the request's first field named
 // name, which is in canonical form.
