@@ -135,6 +135,22 @@ func BenchmarkViewRedis(b *testing.B) {
 	}
 }
 
+// BenchmarkViewEmbedded is BenchmarkViewRedis's hit without Redis: the
+// in-process tier, the same request, handler and settings, so that the
+// two compare the local tier with the embedded one (issue 41 wants the
+// first at least 0.97 of the second).
+func BenchmarkViewEmbedded(b *testing.B) {
+	serve := newServed(b, fixtureOptions{change: func(c *Config) { c.AccessLog = "all" }}, nil)
+	var ctx fasthttp.RequestCtx
+	b.ReportAllocs()
+	for b.Loop() {
+		serve(&ctx)
+		if ctx.Response.StatusCode() != 200 {
+			b.Fatalf("status %d", ctx.Response.StatusCode())
+		}
+	}
+}
+
 // newServedRedis builds the gateway as served with Redis configured (the
 // local tier in front of a real Redis, under a prefix of its own, emptied
 // at the end; the access log all at level warn; Prometheus metrics) and
@@ -150,7 +166,7 @@ func newServedRedis(tb testing.TB) (serve func(*fasthttp.RequestCtx), listings *
 		_ = testenv.DeleteKeys(context.Background(), rdb, prefix+"*")
 		rdb.Close()
 	})
-	f := newFixtureOf(tb, fixtureOptions{
+	serve = newServed(tb, fixtureOptions{
 		change: func(c *Config) { c.AccessLog = "all" },
 		cache: func(src cache.Source, log *slog.Logger) Listings {
 			cfg := cache.DefaultConfig()
@@ -163,8 +179,20 @@ func newServedRedis(tb testing.TB) (serve func(*fasthttp.RequestCtx), listings *
 			listings = c
 			return c
 		},
-	})
-	testenv.WaitFor(tb, func() bool { return listings.Stats().LocalTierOn })
+	}, func() bool { return listings.Stats().LocalTierOn })
+	return serve, listings
+}
+
+// newServed builds the gateway of opts as served (the access log at level
+// warn, Prometheus metrics) and returns a function that serves the hot
+// listing on a request context, as fasthttp's server does, once ready
+// reports true (nil: at once) and the listing is in memory.
+func newServed(tb testing.TB, opts fixtureOptions, ready func() bool) (serve func(*fasthttp.RequestCtx)) {
+	tb.Helper()
+	f := newFixtureOf(tb, opts)
+	if ready != nil {
+		testenv.WaitFor(tb, ready)
+	}
 	f.srv.log = slog.New(logctx.NewHandler(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	f.srv.obs = metrics.New()
 	handler := servedHandler(f.app)
@@ -174,12 +202,12 @@ func newServedRedis(tb testing.TB) (serve func(*fasthttp.RequestCtx), listings *
 		handler(ctx)
 	}
 	var first, second fasthttp.RequestCtx
-	serve(&first) // a miss: the store, then Redis and the local tier
+	serve(&first) // a miss: the store, then Redis where configured, and memory
 	serve(&second)
 	if got := string(second.Response.Header.Peek("X-Cache")); second.Response.StatusCode() != 200 || got != "HIT" {
 		tb.Fatalf("second read: status %d, X-Cache %q", second.Response.StatusCode(), got)
 	}
-	return serve, listings
+	return serve
 }
 
 // benchConn is the connection a benchmarked request arrived on: only its
