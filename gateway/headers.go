@@ -16,7 +16,10 @@ func requestField(h *fasthttp.RequestHeader, name string) []byte {
 }
 
 // requestFields appends the values of every request field named name,
-// which is in canonical form, to dst.
+// which is in canonical form, to dst. fasthttp's All first parses the
+// Cookie field into its cookie list, once per request (linear in the
+// field, which the header limit bounds), and moves it out of the plain
+// fields: the gateway reads no cookie.
 func requestFields(h *fasthttp.RequestHeader, name string, dst [][]byte) [][]byte {
 	for k, v := range h.All() {
 		if string(k) == name {
