@@ -1,7 +1,9 @@
 package cache
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -52,5 +54,58 @@ func TestImportStreamReplacesAbsences(t *testing.T) {
 		if _, err := c.Get(ctx, k, coding.Identity, time.Now()); err != nil {
 			t.Fatalf("Get(%+v) after the import: %v; want the imported listing", k, err)
 		}
+	}
+}
+
+// TestImportOverARemovedListingOutdatesItsCopies: a streamed import under
+// the id of a listing another writer removed, before the feed told the
+// cache, leaves no copy of the removed listing servable. The store raises
+// the new listing's revision above the removal's; the import floors its
+// keys at that revision, above every copy of the old one.
+func TestImportOverARemovedListingOutdatesItsCopies(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	firm, err := s.AddFirm(ctx, "Firm", []byte("digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "a@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.ImportListings(ctx, []upstream.Listing{{Title: "old", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateListing(ctx, old[0], upstream.Precondition{}); err != nil { // revision 2
+		t.Fatal(err)
+	}
+	c, _, _ := newRedisCache(t, s)
+	k := ByID(old[0].ID)
+	if e, err := c.Get(ctx, k, coding.Identity, time.Now()); err != nil || !bytes.Contains(e.Body, []byte(`"old"`)) {
+		t.Fatalf("Get before the removal = %s, %v; want the old listing", e.Body, err)
+	}
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `DELETE FROM listings WHERE id = ?`, k.ID); err != nil { // removed at revision 3
+		t.Fatal(err)
+	}
+	n, err := c.ImportStream(ctx, func(yield func(upstream.Listing, error) bool) {
+		yield(upstream.Listing{ID: k.ID, Title: "new", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true}, nil)
+	}, nil)
+	if err != nil || n != 1 {
+		t.Fatalf("ImportStream() = %d, %v; want 1", n, err)
+	}
+	e, err := c.Get(ctx, k, coding.Identity, time.Now())
+	if err != nil || !bytes.Contains(e.Body, []byte(`"new"`)) {
+		t.Fatalf("Get after the import = %s, %v; want the imported listing, not the removed one", e.Body, err)
 	}
 }

@@ -408,9 +408,10 @@ type Store interface {
 	// MaxNumber, or a zero no when every number of the firm is in use, is a
 	// *ValidationError for field "id" or "no" (so ErrInvalid); a taken one
 	// is ErrConflict; an unknown firm, or a user of another firm,
-	// ErrInvalid. The stored listings' Modified is set for a few (64 at
-	// most), else 0. It is also the create path of POST /realty, with one
-	// listing.
+	// ErrInvalid. A listing under the id of a removed one is stored and
+	// returned one revision above the removal's. The stored listings'
+	// Modified is set for a few (64 at most), else 0. It is also the
+	// create path of POST /realty, with one listing.
 	ImportListings(ctx context.Context, ls []Listing) ([]Listing, error)
 	// UpdateListing replaces the listing l.ID of firm l.FirmID. It keeps
 	// no, firmUserId and createdDate, sets updatedDate to now (or 1 ms

@@ -36,6 +36,7 @@ func RunFeed(t *testing.T, open func(t *testing.T) (FeedStore, Exec)) {
 		{"OtherWritersRecorded", testFeedOtherWriters},
 		{"RemovedRowComesBackHigher", testFeedRemovedRow},
 		{"MultiRowInsert", testFeedMultiRowInsert},
+		{"ImportAboveRemovedRow", testFeedImportAboveRemovedRow},
 		{"OneConsumer", testFeedOneConsumer},
 		{"AwaitUndone", testFeedAwaitUndone},
 		{"ApplyAndPrune", testFeedApplyAndPrune},
@@ -219,6 +220,30 @@ func testFeedRemovedRow(t *testing.T, s FeedStore, exec Exec) {
 	last := cs[len(cs)-1]
 	if last.Deleted || !last.VisibleAfter || last.Revision != 4 {
 		t.Fatalf("last change = %+v; want the reinsert, visible, revision 4", last)
+	}
+}
+
+// testFeedImportAboveRemovedRow: an import under the id of a removed row,
+// given or assigned, returns the revision the store keeps, above the
+// removal's: the gateway caches and floors the listing at it.
+func testFeedImportAboveRemovedRow(t *testing.T, s FeedStore, exec Exec) {
+	ctx := context.Background()
+	f := seed(t, s)
+	given := mustUpdate(t, s, seedActive(t, s, f)) // revision 2, removed at 3
+	last := seedActive(t, s, f)                    // the largest id, removed at 2
+	for _, l := range []upstream.Listing{given, last} {
+		if err := exec(ctx, `DELETE FROM listings WHERE id = $1`, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := mustImport(t, s, []upstream.Listing{f.listing(given.ID, 0), f.listing(0, 0)})
+	want := map[int64]int64{given.ID: 4, last.ID: 3}
+	for _, l := range got {
+		stored, err := s.ListingByID(ctx, l.ID)
+		if err != nil || l.Revision != want[l.ID] || stored.Revision != want[l.ID] {
+			t.Fatalf("imported listing %d: returned revision %d, stored %d (%v); want %d for both (ids %d and %d removed)",
+				l.ID, l.Revision, stored.Revision, err, want[l.ID], given.ID, last.ID)
+		}
 	}
 }
 

@@ -72,6 +72,7 @@ type importer struct {
 	writesSetting   string // Engine.ImportWrites
 	now             int64
 	maxID           int64           // the largest id in the store and the file so far
+	maxGrave        int64           // the largest id of a removed listing (listing_graves)
 	firms           map[int64]*firm // nil: no such firm
 	users           map[int64]int64 // user id: its firm id, 0 when unknown
 	done            int             // entries stored so far
@@ -124,6 +125,9 @@ const numberWindow = 4096
 func importStream(ctx context.Context, im *importer, next iter.Seq2[upstream.Listing, error], stored func([]upstream.Listing) error) (int, error) {
 	if err := im.tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listings`).Scan(&im.maxID); err != nil {
 		return 0, fmt.Errorf("largest id: %w", err)
+	}
+	if err := im.tx.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM listing_graves`).Scan(&im.maxGrave); err != nil {
+		return 0, fmt.Errorf("largest removed id: %w", err)
 	}
 	p := &pipeline{im: im, stored: stored}
 	defer p.close()
@@ -265,6 +269,37 @@ func (im *importer) settle(ctx context.Context, b *batch) error {
 		if b.entries[i], err = im.add(ctx, b, l); err != nil {
 			return im.fault(b.base+i, l, err)
 		}
+	}
+	return im.readGraves(ctx, b)
+}
+
+// readGraves gives b's entries that take the id of a removed listing the
+// revision the store's insert trigger gives them, one above the
+// removal's, so that the listings returned, cached and floored carry the
+// revision stored. Only an id up to the largest removed one can have a
+// grave: most imports ask nothing.
+func (im *importer) readGraves(ctx context.Context, b *batch) error {
+	var ids []any
+	at := map[int64]int{}
+	for i, l := range b.entries {
+		if l.ID <= im.maxGrave {
+			ids, at[l.ID] = append(ids, l.ID), i
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	err := im.each(ctx, `SELECT id, revision FROM listing_graves WHERE id IN (`+placeholders(len(ids), 1)+`)`, ids,
+		func(r Rows) error {
+			var id, removed int64
+			if err := r.Scan(&id, &removed); err != nil {
+				return err
+			}
+			b.entries[at[id]].Revision = removed + 1
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("removed ids: %w", err)
 	}
 	return nil
 }
