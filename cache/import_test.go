@@ -12,6 +12,7 @@ import (
 	"github.com/realty-gateway/gateway/coding"
 	"github.com/realty-gateway/gateway/upstream"
 	"github.com/realty-gateway/gateway/upstream/sqlite"
+	"github.com/realty-gateway/gateway/upstream/storetest"
 )
 
 // TestImportStreamReplacesAbsences: an id and a number read (and their
@@ -66,27 +67,13 @@ func TestImportOverARemovedListingOutdatesItsCopies(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "gateway.db")
 	s, err := sqlite.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	firm, err := s.AddFirm(ctx, "Firm", []byte("digest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user, err := s.AddUser(ctx, upstream.User{FirmID: firm.ID, Email: "a@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := s.ImportListings(ctx, []upstream.Listing{{Title: "old", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.UpdateListing(ctx, old[0], upstream.Precondition{}); err != nil { // revision 2
+	s = storetest.Opened(t, s, err)
+	old := storetest.ImportOne(t, s, upstream.Listing{Title: "old", IsActive: true})
+	if _, err := s.UpdateListing(ctx, old, upstream.Precondition{}); err != nil { // revision 2
 		t.Fatal(err)
 	}
 	c, _, _ := newRedisCache(t, s)
-	k := ByID(old[0].ID)
+	k := ByID(old.ID)
 	if e, err := c.Get(ctx, k, coding.Identity, time.Now()); err != nil || !bytes.Contains(e.Body, []byte(`"old"`)) {
 		t.Fatalf("Get before the removal = %s, %v; want the old listing", e.Body, err)
 	}
@@ -94,12 +81,12 @@ func TestImportOverARemovedListingOutdatesItsCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	storetest.CloseAtEnd(t, "raw connection", db.Close)
 	if _, err := db.ExecContext(ctx, `DELETE FROM listings WHERE id = ?`, k.ID); err != nil { // removed at revision 3
 		t.Fatal(err)
 	}
 	n, err := c.ImportStream(ctx, func(yield func(upstream.Listing, error) bool) {
-		yield(upstream.Listing{ID: k.ID, Title: "new", FirmID: firm.ID, FirmUserID: user.ID, IsActive: true}, nil)
+		yield(upstream.Listing{ID: k.ID, Title: "new", FirmID: old.FirmID, FirmUserID: old.FirmUserID, IsActive: true}, nil)
 	}, nil)
 	if err != nil || n != 1 {
 		t.Fatalf("ImportStream() = %d, %v; want 1", n, err)

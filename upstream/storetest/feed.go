@@ -238,6 +238,9 @@ func testFeedImportAboveRemovedRow(t *testing.T, s FeedStore, exec Exec) {
 	}
 	got := mustImport(t, s, []upstream.Listing{f.listing(given.ID, 0), f.listing(0, 0)})
 	want := map[int64]int64{given.ID: 4, last.ID: 3}
+	if len(got) != 2 || got[1].ID != last.ID {
+		t.Fatalf("imported %+v; want ids %d and %d, the second assigned the removed largest", got, given.ID, last.ID)
+	}
 	for _, l := range got {
 		stored, err := s.ListingByID(ctx, l.ID)
 		if err != nil || l.Revision != want[l.ID] || stored.Revision != want[l.ID] {
